@@ -1,0 +1,95 @@
+"""CPU sets as frozensets of ints, and the kernel's two text forms for them.
+
+Used by the host parsers (``cpulist`` files in /sys, ``Cpus_allowed_list`` in /proc), by the
+planner (sets of CPUs per layer) and by renderers. The formats are the ones described in
+Documentation/admin-guide/cputopology.rst ("0-3,8-11") and in cpuset(7) ("mask format":
+comma-separated 32-bit hex words, most significant first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+CpuSet = frozenset  # frozenset[int]; an alias so signatures say what they mean
+
+EMPTY: frozenset[int] = frozenset()
+
+
+class CpuListError(ValueError):
+    """A cpulist or mask string that does not parse."""
+
+
+def parse_cpulist(text: str) -> frozenset[int]:
+    """Parse "0-3,8,10-11" (also "0-31:2/8" stride groups, see cpuset(7)) into a set of ints."""
+    text = text.strip()
+    if not text:
+        return EMPTY
+    cpus: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                span, _, stride = part.partition(":")
+                lo_s, hi_s = span.split("-", 1)
+                lo, hi = int(lo_s), int(hi_s)
+                if lo > hi or lo < 0:
+                    raise CpuListError(f"bad range {part!r}")
+                if stride:
+                    used_s, group_s = stride.split("/", 1)
+                    used, group = int(used_s), int(group_s)
+                    if used <= 0 or group <= 0:
+                        raise CpuListError(f"bad stride {part!r}")
+                    cpus.update(c for c in range(lo, hi + 1) if (c - lo) % group < used)
+                else:
+                    cpus.update(range(lo, hi + 1))
+            else:
+                value = int(part)
+                if value < 0:
+                    raise CpuListError(f"negative cpu {part!r}")
+                cpus.add(value)
+        except ValueError as exc:
+            if isinstance(exc, CpuListError):
+                raise
+            raise CpuListError(f"bad cpulist {text!r}") from exc
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """The canonical kernel form: sorted, ranges collapsed ("0-3,8")."""
+    ordered = sorted(set(cpus))
+    if not ordered:
+        return ""
+    parts: list[str] = []
+    start = prev = ordered[0]
+    for cpu in ordered[1:]:
+        if cpu == prev + 1:
+            prev = cpu
+            continue
+        parts.append(f"{start}-{prev}" if prev != start else str(start))
+        start = prev = cpu
+    parts.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(parts)
+
+
+def parse_mask(text: str) -> frozenset[int]:
+    """Parse the hex mask form ("ff,00000001") used by smp_affinity and Cpus_allowed."""
+    words = text.strip().replace(",", "")
+    if not words:
+        return EMPTY
+    try:
+        value = int(words, 16)
+    except ValueError as exc:
+        raise CpuListError(f"bad cpu mask {text!r}") from exc
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+def format_mask(cpus: Iterable[int], nr_cpus: int | None = None) -> str:
+    """The kernel's mask form, in 32-bit words, at least as wide as ``nr_cpus``."""
+    cpus = set(cpus)
+    width = max([nr_cpus or 0, *(c + 1 for c in cpus)] or [1])
+    value = sum(1 << c for c in cpus)
+    nwords = max(1, (width + 31) // 32)
+    words = [f"{(value >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(nwords))]
+    return ",".join(words)

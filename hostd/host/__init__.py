@@ -1,0 +1,130 @@
+"""The only door to the kernel: ``Host(root)`` reads /proc, /sys and cgroupfs below ``root``.
+
+Every other module asks a ``Host`` for kernel state and never names /proc or /sys itself, so
+everything above this layer runs unchanged against a fixture tree captured from a real machine
+(``tests/fixtures/hosts/<name>/``, made by ``tools/capture_host.py``). Reads use ``os.open`` +
+``os.read`` (cheaper than ``open()``, see FACTS.md) and turn errno values into the domain errors
+of ``hostd.host.errors``; a file that vanished reads as ``None``, never as an exception.
+
+Callers: ``hostd.topology`` (CPUs, caches, NUMA, PCI, IRQs, cpufreq), ``hostd.tasks`` (thread
+snapshots), the CLI (``Host()`` for the live machine, ``Host(path)`` for ``--root``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from hostd.host.errors import Gone, NotPermitted, from_oserror
+from hostd.host.nvml import NvmlInfo, read_nvml
+
+__all__ = ["Gone", "Host", "NotPermitted", "NvmlInfo"]
+
+_PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_READ_CHUNK = 1 << 16
+
+
+class Host:
+    """Kernel state below ``root`` ("/" for the live machine, a folder for a fixture tree)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+        root = os.fspath(root)
+        self.root = root if root == "/" else os.path.abspath(root)
+        self._prefix = "/" if self.root == "/" else self.root.rstrip("/") + "/"
+        self._nvml: tuple[NvmlInfo | None, str] | None = None
+
+    # -- generic access ---------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        """True when this reads the running kernel rather than a fixture tree."""
+        return self.root == "/"
+
+    def path(self, rel: str) -> str:
+        """The absolute path of ``rel`` ("proc/1/stat") below this host's root."""
+        return self._prefix + rel.lstrip("/")
+
+    def read(self, rel: str) -> str | None:
+        """The whole text of a file, or None if it (or its task) does not exist.
+
+        Raises NotPermitted on EPERM/EACCES and HostError for anything unexpected.
+        """
+        path = self._prefix + rel
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            err = from_oserror(exc, path)
+            if isinstance(err, Gone):
+                return None
+            raise err from None
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(fd, _READ_CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError as exc:
+            err = from_oserror(exc, path)
+            if isinstance(err, Gone):
+                return None
+            raise err from None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def read_quiet(self, rel: str) -> str | None:
+        """Like ``read`` but a refused read is None too (for optional, best-effort values)."""
+        try:
+            return self.read(rel)
+        except OSError:
+            return None
+
+    def read_line(self, rel: str) -> str | None:
+        """The first line of a file without its newline (sysfs attributes), or None."""
+        text = self.read_quiet(rel)
+        return None if text is None else text.strip()
+
+    def listdir(self, rel: str) -> list[str]:
+        """Entries of a directory; empty when it does not exist or cannot be listed."""
+        try:
+            return os.listdir(self._prefix + rel)
+        except OSError:
+            return []
+
+    def readlink(self, rel: str) -> str | None:
+        """The target of a symbolic link, or None when it is gone or unreadable."""
+        try:
+            return os.readlink(self._prefix + rel)
+        except OSError:
+            return None
+
+    def exists(self, rel: str) -> bool:
+        return os.path.lexists(self._prefix + rel)
+
+    # -- small derived lookups ---------------------------------------------------------------
+    def pci_address_of(self, rel: str) -> str | None:
+        """The PCI address a sysfs device link (e.g. ``sys/class/net/eth0/device``) leads to.
+
+        Some devices hang below their PCI function (virtio-net: ``.../0000:00:03.0/virtio2``),
+        so the last path component that looks like a PCI address wins.
+        """
+        if not self.exists(rel):
+            return None
+        real = os.path.realpath(self._prefix + rel)
+        for part in reversed(real.split("/")):
+            if _PCI_ADDR.match(part):
+                return part
+        return None
+
+    def nvml(self) -> tuple[NvmlInfo | None, str]:
+        """NVML's view (GPUs and their processes) and a reason when it is unavailable.
+
+        Live hosts ask the NVIDIA driver through pynvml; fixture trees may carry ``nvml.json``.
+        Cached for the life of this Host.
+        """
+        if self._nvml is None:
+            self._nvml = read_nvml(None if self.live else self.path("nvml.json"))
+        return self._nvml
+
+    def __repr__(self) -> str:
+        return f"Host({self.root!r})"

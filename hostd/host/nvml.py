@@ -1,0 +1,130 @@
+"""NVML (the NVIDIA driver's management library, through ``pynvml``) as a plain snapshot.
+
+Called only by ``Host.nvml()``. On a live host it asks the driver for its GPUs and their
+compute/graphics processes; on a fixture tree it reads the same snapshot from ``nvml.json``
+(written by ``tools/capture_host.py``). Any NVML failure (no library, no driver, no GPU) is a
+reason string, never an exception: GPU detection then falls back to sysfs PCI.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlGpu:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str  # normalised to sysfs form: "0000:18:00.0"
+    minor: int | None  # /dev/nvidiaN
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlInfo:
+    driver_version: str
+    gpus: tuple[NvmlGpu, ...]
+    processes: tuple[tuple[int, int], ...] = field(default=())  # (pid, gpu index)
+
+    @property
+    def pids(self) -> frozenset[int]:
+        return frozenset(pid for pid, _ in self.processes)
+
+    def to_json(self) -> dict:
+        return {
+            "driver_version": self.driver_version,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "uuid": g.uuid,
+                    "pci_bus_id": g.pci_bus_id,
+                    "minor": g.minor,
+                }
+                for g in self.gpus
+            ],
+            "processes": [{"pid": pid, "gpu": gpu} for pid, gpu in self.processes],
+        }
+
+
+def normalise_bus_id(bus_id: str) -> str:
+    """NVML says "00000000:18:00.0"; sysfs says "0000:18:00.0"."""
+    bus_id = bus_id.strip().lower()
+    domain, _, rest = bus_id.partition(":")
+    if rest and len(domain) > 4:
+        domain = domain[-4:]
+    return f"{domain}:{rest}" if rest else bus_id
+
+
+def from_json(data: dict) -> NvmlInfo:
+    gpus = tuple(
+        NvmlGpu(
+            index=int(g["index"]),
+            name=str(g.get("name", "")),
+            uuid=str(g.get("uuid", "")),
+            pci_bus_id=normalise_bus_id(str(g["pci_bus_id"])),
+            minor=None if g.get("minor") is None else int(g["minor"]),
+        )
+        for g in data.get("gpus", [])
+    )
+    procs = tuple((int(p["pid"]), int(p["gpu"])) for p in data.get("processes", []))
+    return NvmlInfo(str(data.get("driver_version", "")), gpus, procs)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _query_live() -> NvmlInfo:
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    try:
+        gpus = []
+        procs: set[tuple[int, int]] = set()
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+            except pynvml.NVMLError:
+                minor = None
+            pci = pynvml.nvmlDeviceGetPciInfo(handle)
+            gpus.append(
+                NvmlGpu(
+                    index=index,
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    pci_bus_id=normalise_bus_id(_text(pci.busId)),
+                    minor=minor,
+                )
+            )
+            for getter in (
+                pynvml.nvmlDeviceGetComputeRunningProcesses,
+                pynvml.nvmlDeviceGetGraphicsRunningProcesses,
+            ):
+                try:
+                    procs.update((int(p.pid), index) for p in getter(handle))
+                except pynvml.NVMLError:
+                    pass
+        return NvmlInfo(_text(pynvml.nvmlSystemGetDriverVersion()), tuple(gpus), tuple(sorted(procs)))
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def read_nvml(fixture_path: str | None) -> tuple[NvmlInfo | None, str]:
+    """(snapshot, "") or (None, why not). ``fixture_path`` None means: ask the live driver."""
+    if fixture_path is not None:
+        try:
+            with open(fixture_path, encoding="utf-8") as fh:
+                return from_json(json.load(fh)), ""
+        except FileNotFoundError:
+            return None, "no nvml.json in this fixture tree"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return None, f"bad nvml.json: {exc}"
+    try:
+        return _query_live(), ""
+    except ImportError:
+        return None, "pynvml (nvidia-ml-py) is not installed"
+    except Exception as exc:  # pynvml raises NVMLError subclasses, and OSError from ctypes
+        return None, f"NVML unavailable: {type(exc).__name__}: {exc}"

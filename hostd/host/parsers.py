@@ -1,0 +1,229 @@
+"""Pure parsers for /proc and /sys file contents; no I/O here.
+
+Each function takes the text of one kernel file and returns plain values. Formats follow
+proc(5) (``/proc/PID/stat``, ``status``, ``cgroup``, ``mountinfo``, ``interrupts``) and the
+sysfs ABI documents under Documentation/ABI. Called by ``hostd.host.Host`` readers and by the
+topology and task snapshot builders.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hostd.cpuset import parse_cpulist
+
+# /proc/PID/stat flag bit for kernel threads (include/linux/sched.h).
+PF_KTHREAD = 0x00200000
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """The fields of /proc/PID/task/TID/stat that hostd uses (proc(5) numbering in comments)."""
+
+    comm: str  # (2)
+    state: str  # (3)
+    ppid: int  # (4)
+    flags: int  # (9)
+    utime: int  # (14) clock ticks
+    stime: int  # (15)
+    nice: int  # (19)
+    num_threads: int  # (20)
+    start_time: int  # (22) clock ticks after boot
+    processor: int  # (39)
+    rt_priority: int  # (40)
+    policy: int  # (41)
+
+    @property
+    def is_kthread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD)
+
+
+def parse_stat(text: str) -> Stat:
+    """Parse /proc/PID/stat. The comm may hold spaces and parentheses: split at the last ')'."""
+    open_paren = text.index("(")
+    close_paren = text.rindex(")")
+    comm = text[open_paren + 1 : close_paren]
+    rest = text[close_paren + 2 :].split()
+    # rest[0] is field (3); field (n) is rest[n - 3].
+    return Stat(
+        comm=comm,
+        state=rest[0],
+        ppid=int(rest[1]),
+        flags=int(rest[6]),
+        utime=int(rest[11]),
+        stime=int(rest[12]),
+        nice=int(rest[16]),
+        num_threads=int(rest[17]),
+        start_time=int(rest[19]),
+        processor=int(rest[36]) if len(rest) > 36 else -1,
+        rt_priority=int(rest[37]) if len(rest) > 37 else 0,
+        policy=int(rest[38]) if len(rest) > 38 else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The fields of /proc/PID/task/TID/status that hostd uses."""
+
+    tgid: int
+    uid: int  # effective uid
+    gid: int  # effective gid
+    cpus_allowed: frozenset[int]
+    voluntary_ctxt_switches: int
+    nonvoluntary_ctxt_switches: int
+
+
+def parse_status(text: str) -> Status:
+    """Parse /proc/PID/status ("Key:\\tvalue" lines); missing keys default to neutral values."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key] = value.strip()
+    uids = fields.get("Uid", "0 0").split()
+    gids = fields.get("Gid", "0 0").split()
+    return Status(
+        tgid=int(fields.get("Tgid", "0")),
+        uid=int(uids[1] if len(uids) > 1 else uids[0]),
+        gid=int(gids[1] if len(gids) > 1 else gids[0]),
+        cpus_allowed=parse_cpulist(fields.get("Cpus_allowed_list", "")),
+        voluntary_ctxt_switches=int(fields.get("voluntary_ctxt_switches", "0")),
+        nonvoluntary_ctxt_switches=int(fields.get("nonvoluntary_ctxt_switches", "0")),
+    )
+
+
+def parse_cgroup(text: str) -> dict[str, str]:
+    """Parse /proc/PID/cgroup into {controller-or-hierarchy: path}.
+
+    v1 lines look like ``4:memory:/a`` or ``9:name=systemd:/a`` (one key per controller); the v2
+    line is ``0::/a`` and is returned under the key ``""``.
+    """
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if not controllers:
+            result[""] = path
+            continue
+        for name in controllers.split(","):
+            result[name] = path
+    return result
+
+
+def primary_cgroup(cgroups: dict[str, str]) -> str:
+    """The one cgroup path that policies match on.
+
+    The v2 path when it says anything (pure v2, or hybrid with systemd using the unified tree);
+    else systemd's named v1 hierarchy; else the v1 cpuset, cpu or memory path; else "/".
+    """
+    for key in ("", "name=systemd", "cpuset", "cpu", "memory"):
+        path = cgroups.get(key)
+        if path and path != "/":
+            return path
+    for path in cgroups.values():
+        if path and path != "/":
+            return path
+    return "/"
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupMount:
+    """One cgroup filesystem mount from /proc/self/mountinfo."""
+
+    mount_point: str  # absolute path as the kernel shows it
+    version: int  # 1 or 2
+    controllers: tuple[str, ...]  # v1: the controllers bound there; v2: empty here
+
+
+_MOUNT_OPTIONS = {
+    "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "xattr", "noprefix",
+    "clone_children", "cpuset_v2_mode", "nsdelegate", "memory_recursiveprot", "favordynmods",
+}
+
+
+def parse_mountinfo_cgroups(text: str) -> list[CgroupMount]:
+    """The cgroup and cgroup2 mounts listed in /proc/PID/mountinfo (proc(5))."""
+    mounts: list[CgroupMount] = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields = left.split()
+        rfields = right.split()
+        if len(fields) < 5 or len(rfields) < 3:
+            continue
+        fstype, options = rfields[0], rfields[2]
+        mount_point = fields[4].replace("\\040", " ")
+        if fstype == "cgroup2":
+            mounts.append(CgroupMount(mount_point, 2, ()))
+        elif fstype == "cgroup":
+            ctrls = tuple(
+                o
+                for o in options.split(",")
+                if o not in _MOUNT_OPTIONS and not o.startswith("release_agent=")
+            )
+            mounts.append(CgroupMount(mount_point, 1, ctrls))
+    return mounts
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptLine:
+    """One numbered IRQ line of /proc/interrupts."""
+
+    irq: int
+    counts: tuple[int, ...]  # per CPU column
+    chip: str
+    name: str  # the rest of the line: hwirq, trigger and action names
+
+
+def parse_interrupts(text: str) -> list[InterruptLine]:
+    """Parse /proc/interrupts; named per-CPU rows (NMI, LOC, ...) are skipped."""
+    lines = text.splitlines()
+    if not lines:
+        return []
+    ncpus = len(lines[0].split())
+    result: list[InterruptLine] = []
+    for line in lines[1:]:
+        label, sep, rest = line.partition(":")
+        label = label.strip()
+        if not sep or not label.isdigit():
+            continue
+        fields = rest.split()
+        counts = []
+        for field in fields[:ncpus]:
+            if not field.isdigit():
+                break
+            counts.append(int(field))
+        tail = fields[len(counts) :]
+        chip = tail[0] if tail else ""
+        name = " ".join(tail[1:])
+        result.append(InterruptLine(int(label), tuple(counts), chip, name))
+    return result
+
+
+_MINOR_RE = re.compile(r"^Device Minor:\s*(\d+)", re.MULTILINE)
+
+
+def parse_nvidia_minor(text: str) -> int | None:
+    """The "Device Minor" line of /proc/driver/nvidia/gpus/ADDR/information."""
+    match = _MINOR_RE.search(text)
+    return int(match.group(1)) if match else None
+
+
+def parse_int(text: str | None, default: int | None = None) -> int | None:
+    """An integer sysfs value ("-1", "0x10de", "42"), or ``default`` when absent or malformed."""
+    if text is None:
+        return default
+    text = text.strip()
+    try:
+        return int(text, 0)
+    except ValueError:
+        return default
+
+
+def parse_distance(text: str) -> tuple[int, ...]:
+    """A NUMA node's ``distance`` file: one integer per node."""
+    return tuple(int(x) for x in text.split())

@@ -1,0 +1,500 @@
+"""The pure planner: topology + classified threads + policy -> one frozen, sorted ``Plan``.
+
+``plan()`` does no I/O. Its decisions, each documented where it is made:
+
+* **CPUs per layer.** Layers of kind ``confined``/``grouped`` get CPUs of their own, in policy
+  order, within their ``cpus.min``/``cpus.max`` (fractions are of the online CPUs). Without
+  usage statistics a layer wants one CPU per thread, clamped to [min, max]; with ``stats``
+  (CPUs in use per layer) it wants 1.25x its use. Empty layers get nothing. One CPU always stays
+  in the shared pool, so the catch-all layer is never without a CPU; a layer that gets no CPU
+  says so in its notes and its threads use the pool.
+* **Which CPUs.** Latency layers (real-time sched or ``irqs = "avoid"``) take whole cores, so no
+  other layer's thread shares their core's SMT pipeline; the others take cores whole while they
+  can and may split the last one. Cores are taken from the top of a node down, so the pool keeps
+  CPU 0, where housekeeping and most IRQs live. ``numa = "gpu-local"`` layers take CPUs on the
+  NUMA nodes their processes' GPUs sit on (split by thread count), else on the nodes with GPUs;
+  other layers take the node with the most free CPUs.
+* **Threads.** ``confined``: the layer's CPUs; ``grouped``: the layer's CPUs plus the pool;
+  ``open``: the pool. A narrower affinity the thread had before (its ``base`` affinity, e.g. a
+  launcher's pin) is kept where it overlaps. A process using specific GPUs in a ``gpu-local``
+  layer is narrowed to its GPUs' node. Kernel threads are never planned unless the matching
+  AND-group says ``is_kthread = true``; ``exclude_pids`` (hostd itself) never.
+* **Threads with nothing to decide** (no affinity change, no sched, no node) are counted in
+  their layer but not listed, so a plan stays small on hosts with 100k threads.
+* **IRQs.** Off the CPUs of ``irqs = "avoid"`` layers; a NIC's IRQs on its own node's CPUs. The
+  current affinity is kept where it overlaps the target (drivers spread queues on purpose).
+* **cpufreq.** Governor, frequency floor and EPP on the CPUs of layers that ask, where the CPU
+  offers them.
+* **NUMA.** One target node per process of a ``gpu-local`` layer on multi-node hosts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hostd.classify import Classified
+from hostd.cpuset import format_cpulist
+from hostd.policy import Layer, Policy
+from hostd.tasks import Process
+from hostd.topology import Topology
+
+PLAN_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPlan:
+    name: str
+    kind: str
+    cpus: frozenset[int]  # CPUs of its own (empty for open layers and layers that got none)
+    mems: frozenset[int]  # NUMA nodes of those CPUs
+    threads: int
+    wanted: int
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlan:
+    tid: int
+    start_time: int
+    pid: int
+    comm: str
+    layer: str
+    affinity: frozenset[int] | None  # None: leave the thread's own affinity
+    policy: str | None  # None: leave its scheduling policy
+    priority: int | None
+    nice: int | None
+    reset_on_fork: bool
+    node: int | None  # the NUMA node its process is placed on
+
+
+@dataclass(frozen=True, slots=True)
+class IrqPlan:
+    irq: int
+    name: str
+    affinity: frozenset[int]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFreqPlan:
+    cpu: int
+    layer: str
+    governor: str | None
+    min_freq: int | None  # kHz
+    epp: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NumaPlan:
+    pid: int
+    start_time: int
+    comm: str
+    layer: str
+    node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    policy: str
+    policy_sha256: str
+    mode: str
+    online: frozenset[int]
+    pool: frozenset[int]
+    layers: tuple[LayerPlan, ...]
+    tasks: tuple[TaskPlan, ...]
+    irqs: tuple[IrqPlan, ...]
+    cpufreq: tuple[CpuFreqPlan, ...]
+    numa: tuple[NumaPlan, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def layer(self, name: str) -> LayerPlan:
+        return next(lp for lp in self.layers if lp.name == name)
+
+    def to_json(self) -> dict:
+        """A plain, stable dict (CPU sets as cpulist strings); what ``hostd plan --json`` prints."""
+        return {
+            "format": PLAN_FORMAT,
+            "policy": self.policy,
+            "policy_sha256": self.policy_sha256,
+            "mode": self.mode,
+            "online": format_cpulist(self.online),
+            "pool": format_cpulist(self.pool),
+            "layers": [
+                {
+                    "name": lp.name,
+                    "kind": lp.kind,
+                    "cpus": format_cpulist(lp.cpus),
+                    "mems": format_cpulist(lp.mems),
+                    "threads": lp.threads,
+                    "wanted": lp.wanted,
+                    "notes": list(lp.notes),
+                }
+                for lp in self.layers
+            ],
+            "tasks": [
+                {
+                    "tid": tp.tid,
+                    "start_time": tp.start_time,
+                    "pid": tp.pid,
+                    "comm": tp.comm,
+                    "layer": tp.layer,
+                    "affinity": None if tp.affinity is None else format_cpulist(tp.affinity),
+                    "policy": tp.policy,
+                    "priority": tp.priority,
+                    "nice": tp.nice,
+                    "reset_on_fork": tp.reset_on_fork,
+                    "node": tp.node,
+                }
+                for tp in self.tasks
+            ],
+            "irqs": [
+                {
+                    "irq": ip.irq,
+                    "name": ip.name,
+                    "affinity": format_cpulist(ip.affinity),
+                    "reason": ip.reason,
+                }
+                for ip in self.irqs
+            ],
+            "cpufreq": [
+                {
+                    "cpu": cp.cpu,
+                    "layer": cp.layer,
+                    "governor": cp.governor,
+                    "min_freq": cp.min_freq,
+                    "epp": cp.epp,
+                }
+                for cp in self.cpufreq
+            ],
+            "numa": [
+                {
+                    "pid": np_.pid,
+                    "start_time": np_.start_time,
+                    "comm": np_.comm,
+                    "layer": np_.layer,
+                    "node": np_.node,
+                }
+                for np_ in self.numa
+            ],
+            "notes": list(self.notes),
+        }
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
+    """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN or renderD minor)."""
+    nodes = []
+    for minor in proc.nvidia_minors:
+        gpu = topo.gpu_by_minor("nvidia", minor)
+        if gpu is not None and gpu.node is not None:
+            nodes.append(gpu.node)
+    if "/dev/kfd" in proc.gpu_devices:
+        for dev in proc.gpu_devices:
+            if dev.startswith("/dev/dri/renderD") and dev[16:].isdigit():
+                gpu = topo.gpu_by_minor("amd", int(dev[16:]))
+                if gpu is not None and gpu.node is not None:
+                    nodes.append(gpu.node)
+    return tuple(nodes)
+
+
+def _target_node(topo: Topology, proc: Process) -> int | None:
+    """The node most of the process's GPUs sit on (lowest id on a tie)."""
+    nodes = process_gpu_nodes(topo, proc)
+    if not nodes:
+        return None
+    counts = Counter(nodes)
+    return min(counts, key=lambda n: (-counts[n], n))
+
+
+def _split(total: int, weights: Mapping[int, int]) -> dict[int, int]:
+    """Split ``total`` over keys proportionally to ``weights`` (largest remainder, stable)."""
+    weight_sum = sum(weights.values())
+    if weight_sum <= 0 or total <= 0:
+        return {k: 0 for k in weights}
+    exact = {k: total * w / weight_sum for k, w in weights.items()}
+    shares = {k: int(v) for k, v in exact.items()}
+    left = total - sum(shares.values())
+    for k in sorted(exact, key=lambda k: (-(exact[k] - shares[k]), k))[:left]:
+        shares[k] += 1
+    return shares
+
+
+class _Allocator:
+    """Hands out free CPUs core by core, from the top of each node down."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.free = set(topo.cpus)
+
+    def cores_of(self, node: int) -> list[list[int]]:
+        """Free CPUs of ``node`` grouped by core; best candidates first.
+
+        Cores are ordered by LLC then core id, both descending; the core holding CPU 0 goes last.
+        """
+        groups: dict[int, list[int]] = {}
+        for cpu_id in sorted(self.free):
+            cpu = self.topo.cpus[cpu_id]
+            if cpu.node == node:
+                groups.setdefault(cpu.core, []).append(cpu_id)
+        order = sorted(
+            groups,
+            key=lambda core: (
+                0 in self.topo.cpus[core].siblings,
+                -self.topo.cpus[core].llc,
+                -core,
+            ),
+        )
+        return [groups[c] for c in order]
+
+    def free_on(self, node: int) -> int:
+        return sum(1 for c in self.free if self.topo.cpus[c].node == node)
+
+    def take(self, node: int, count: int, whole_cores: bool) -> set[int]:
+        taken: set[int] = set()
+        for core in self.cores_of(node):
+            need = count - len(taken)
+            if need <= 0:
+                break
+            if len(core) <= need or not whole_cores:
+                part = core if len(core) <= need else core[:need]
+                taken.update(part)
+            elif whole_cores:
+                break  # a latency layer does not share a core with another layer
+        self.free -= taken
+        return taken
+
+
+def _demand(layer: Layer, members: int, stats: Mapping[str, float] | None) -> int:
+    if stats is not None and layer.name in stats:
+        return max(1, math.ceil(stats[layer.name] * 1.25)) if members else 0
+    return members
+
+
+# -- the planner -------------------------------------------------------------------------------
+def plan(
+    topo: Topology,
+    classified: Sequence[Classified],
+    policy: Policy,
+    *,
+    stats: Mapping[str, float] | None = None,
+    base_affinity: Mapping[tuple[int, int], frozenset[int]] | None = None,
+    exclude_pids: frozenset[int] = frozenset(),
+) -> Plan:
+    """Decide the desired state. Pure and deterministic: same inputs, same Plan.
+
+    ``stats``: CPUs in use per layer name (optional). ``base_affinity``: each thread's affinity
+    before hostd changed it, by (tid, start_time); defaults to the affinity seen now.
+    """
+    online = topo.online
+    total = len(online)
+    notes: list[str] = list(topo.notes)
+    layers = {ly.name: ly for ly in policy.layers}
+    multi_node = len(topo.nodes) > 1
+
+    # Which threads hostd may touch, and who is in each layer.
+    touchable: list[Classified] = []
+    for item in classified:
+        task = item.task
+        if task.pid in exclude_pids:
+            continue
+        if task.is_kthread:
+            group = layers[item.layer].match[item.group]
+            if not any(p.name == "is_kthread" and p.value is True and not p.negate for p in group):
+                continue
+        touchable.append(item)
+    members = Counter(item.layer for item in touchable)
+
+    # Per-process GPU node targets, for gpu-local layers.
+    targets: dict[int, int | None] = {}
+    for item in touchable:
+        pid = item.task.pid
+        if pid not in targets and layers[item.layer].numa == "gpu-local":
+            targets[pid] = _target_node(topo, item.task.process)
+
+    # CPUs per layer.
+    alloc = _Allocator(topo)
+    smt_width = max((len(c.siblings) for c in topo.cpus.values()), default=1)
+    gpu_node_weights = Counter(g.node for g in topo.gpus if g.node is not None)
+    layer_cpus: dict[str, frozenset[int]] = {}
+    layer_plans: dict[str, LayerPlan] = {}
+    for layer in policy.layers:
+        if layer.kind == "open":
+            continue
+        n = members[layer.name]
+        lo = layer.cpus_min.resolve(total)
+        hi = layer.cpus_max.resolve(total)
+        if layer.cpus_max.fraction is not None:
+            hi = max(hi, 1)
+        want = min(max(_demand(layer, n, stats), lo), hi) if n else 0
+        if want and layer.latency and smt_width > 1:
+            want = min(math.ceil(want / smt_width) * smt_width, max(hi, smt_width))
+        budget = max(0, len(alloc.free) - 1)  # one CPU always stays in the pool
+        layer_notes: list[str] = []
+        if want > budget:
+            layer_notes.append(f"wanted {want} CPUs, {budget} left")
+        count = min(want, budget)
+        # Where: a share per node.
+        if layer.numa == "gpu-local" and multi_node and gpu_node_weights:
+            by_target = Counter(
+                targets.get(item.task.pid)
+                for item in touchable
+                if item.layer == layer.name and targets.get(item.task.pid) is not None
+            )
+            weights = by_target or gpu_node_weights
+            shares = _split(count, {k: v for k, v in weights.items() if k is not None})
+        else:
+            best = max(topo.nodes, key=lambda nid: (alloc.free_on(nid), -nid))
+            shares = {best: count}
+        taken: set[int] = set()
+        for nid, share in sorted(shares.items()):
+            taken |= alloc.take(nid, min(share, alloc.free_on(nid)), layer.latency)
+        # A node that ran short: top up from the others, nearest first.
+        for nid in sorted(topo.nodes, key=lambda x: (-alloc.free_on(x), x)):
+            short = count - len(taken)
+            if short <= 0 or len(alloc.free) <= 1:
+                break
+            taken |= alloc.take(nid, min(short, len(alloc.free) - 1), layer.latency)
+        if n and not taken:
+            layer_notes.append("got no CPU of its own: its threads use the shared pool")
+        elif n and len(taken) < lo:
+            layer_notes.append(f"got {len(taken)} CPUs, below its min of {lo}")
+        layer_cpus[layer.name] = frozenset(taken)
+        layer_plans[layer.name] = LayerPlan(
+            name=layer.name,
+            kind=layer.kind,
+            cpus=frozenset(taken),
+            mems=frozenset(topo.cpus[c].node for c in taken),
+            threads=n,
+            wanted=want,
+            notes=tuple(layer_notes),
+        )
+    pool = frozenset(alloc.free)
+    pool_mems = frozenset(topo.cpus[c].node for c in pool)
+    for layer in policy.layers:
+        if layer.kind == "open":
+            layer_plans[layer.name] = LayerPlan(
+                layer.name, "open", frozenset(), pool_mems, members[layer.name], 0
+            )
+
+    # Per-thread decisions.
+    node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
+    task_plans: list[TaskPlan] = []
+    numa_plans: dict[int, NumaPlan] = {}
+    for item in touchable:
+        task, layer = item.task, layers[item.layer]
+        own = layer_cpus.get(layer.name, frozenset())
+        if layer.kind == "open" or not own:
+            allowed = pool
+        elif layer.kind == "confined":
+            allowed = own
+        else:
+            allowed = own | pool
+        node = targets.get(task.pid) if multi_node else None
+        if node is not None:
+            allowed = (allowed & node_cpus[node]) or allowed
+            if task.pid not in numa_plans:
+                numa_plans[task.pid] = NumaPlan(
+                    task.pid, task.process.start_time, task.process.comm, layer.name, node
+                )
+        base = (base_affinity or {}).get(task.key, task.affinity)
+        desired = (allowed & base) or allowed
+        affinity = None if desired == base else desired
+        if affinity is None and node is None and not (layer.sched.policy or layer.sched.nice):
+            continue  # nothing to decide for this thread: keep plans small at 100k threads
+        task_plans.append(
+            TaskPlan(
+                tid=task.tid,
+                start_time=task.start_time,
+                pid=task.pid,
+                comm=task.comm,
+                layer=layer.name,
+                affinity=affinity,
+                policy=layer.sched.policy,
+                priority=layer.sched.priority,
+                nice=layer.sched.nice,
+                reset_on_fork=layer.sched.reset_on_fork if layer.sched.realtime else False,
+                node=node,
+            )
+        )
+    task_plans.sort(key=lambda tp: (tp.tid, tp.start_time))
+
+    # IRQs.
+    avoid = frozenset().union(
+        *(layer_cpus.get(ly.name, frozenset()) for ly in policy.layers if ly.irqs == "avoid")
+    )
+    nic_of_irq = {irq: nic for nic in topo.nics for irq in nic.irqs}
+    irq_plans: list[IrqPlan] = []
+    for irq in topo.irqs:
+        nic = nic_of_irq.get(irq.irq)
+        if nic is not None and nic.node is not None:
+            target = nic.local_cpus - avoid
+            reason = f"NIC {nic.name} on node {nic.node}"
+        elif avoid:
+            target = online - avoid
+            reason = "off the CPUs of irqs=avoid layers"
+        else:
+            continue  # no rule acts on this IRQ: hostd has no opinion
+        if not target:
+            target = online - avoid
+            reason += " (its node is all avoided: any non-avoided CPU)"
+        if not target:
+            notes.append(f"IRQ {irq.irq}: every CPU is avoided; left as it is")
+            continue
+        current = irq.affinity & online
+        desired = (current & target) or target
+        irq_plans.append(IrqPlan(irq.irq, irq.name, desired, reason))
+
+    # cpufreq.
+    freq_plans: list[CpuFreqPlan] = []
+    for layer in policy.layers:
+        if not (layer.governor or layer.min_freq or layer.epp):
+            continue
+        for cpu_id in sorted(layer_cpus.get(layer.name, ())):
+            freq = topo.cpus[cpu_id].freq
+            if freq is None:
+                continue
+            governor = layer.governor
+            if governor and governor not in freq.available_governors:
+                notes.append(
+                    f"cpu{cpu_id}: governor {governor!r} not offered "
+                    f"({' '.join(freq.available_governors) or 'none'})"
+                )
+                governor = None
+            floor = _min_freq(layer.min_freq, freq.hw_min_freq, freq.hw_max_freq)
+            epp = layer.epp
+            if epp and (freq.epp is None or (epp != "default" and epp not in freq.available_epp)):
+                epp = None
+            if governor or floor or epp:
+                freq_plans.append(CpuFreqPlan(cpu_id, layer.name, governor, floor, epp))
+
+    if topo.cgroup.cpuset == "none":
+        notes.append("no usable cpuset controller: layers are enforced by thread affinity only")
+
+    return Plan(
+        policy=policy.name,
+        policy_sha256=policy.sha256,
+        mode=policy.mode,
+        online=online,
+        pool=pool,
+        layers=tuple(layer_plans[ly.name] for ly in policy.layers),
+        tasks=tuple(task_plans),
+        irqs=tuple(sorted(irq_plans, key=lambda ip: ip.irq)),
+        cpufreq=tuple(freq_plans),
+        numa=tuple(numa_plans[pid] for pid in sorted(numa_plans)),
+        notes=tuple(notes),
+    )
+
+
+def _min_freq(spec: str | None, hw_min: int | None, hw_max: int | None) -> int | None:
+    if spec is None or hw_max is None:
+        return None
+    if spec == "max":
+        value = hw_max
+    elif spec.endswith("%"):
+        value = hw_max * int(spec[:-1]) // 100
+    else:
+        value = int(spec)
+    return max(hw_min or 0, min(value, hw_max))

@@ -1,0 +1,508 @@
+"""Policy files: TOML in, a validated, frozen ``Policy`` out (pure: no I/O beyond reading it).
+
+A policy is an ordered list of layers; each layer's ``match`` is an OR of AND-groups of
+predicates; the first layer that matches a thread wins and the last layer must match every
+thread. ``load_policy(path)`` and ``load_default()`` are the entry points; a policy that does not
+validate raises ``PolicyError``, whose one-line message names the file, the key path, the bad
+value and what was expected. Unknown keys are errors (they are usually typos). Rules that look
+dangerous (an RT layer an unprivileged user could enter by renaming a thread) are kept as
+warnings on the Policy.
+
+Called by the CLI (``hostd policy check``, and every command that takes ``--policy``) and by the
+classifier (``hostd.classify``), which compiles the predicates kept here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+DEFAULT_POLICY = "training.toml"
+KINDS = ("confined", "grouped", "open")
+SCHED_POLICIES = ("other", "batch", "idle", "fifo", "rr")
+RT_POLICIES = ("fifo", "rr")
+NUMA_MODES = ("none", "gpu-local")
+IRQ_MODES = ("allow", "avoid")
+GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
+EPP_VALUES = ("default", "performance", "balance_performance", "balance_power", "power")
+MODES = ("enforce", "observe")
+
+STRING_PREDICATES = (
+    "comm_prefix",
+    "pcomm_prefix",
+    "parent_comm_prefix",
+    "cgroup_prefix",
+    "cgroup_suffix",
+    "cgroup_contains",
+    "exe",
+)
+REGEX_PREDICATES = ("comm_regex", "cgroup_regex", "cmdline_regex")
+ID_PREDICATES = ("uid", "gid")
+NICE_PREDICATES = ("nice_above", "nice_below")
+BOOL_PREDICATES = ("is_group_leader", "is_kthread", "gpu", "nvml_gpu_process")
+PREDICATES = (
+    STRING_PREDICATES + REGEX_PREDICATES + ID_PREDICATES + NICE_PREDICATES + BOOL_PREDICATES
+)
+# Predicates any unprivileged user controls for their own threads: comm via prctl(PR_SET_NAME),
+# the cmdline via argv, the leader and parent comm likewise.
+USER_CONTROLLED = {
+    "comm_prefix",
+    "comm_regex",
+    "pcomm_prefix",
+    "parent_comm_prefix",
+    "cmdline_regex",
+    "is_group_leader",
+    "nice_above",
+    "nice_below",
+}
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used. ``str()`` is the one line shown to the user."""
+
+    def __init__(self, source: str, key: str, value: object, expected: str) -> None:
+        self.source, self.key, self.value, self.expected = source, key, value, expected
+        where = f"{source}: {key}" if key else source
+        shown = "" if value is _NOTHING else f": {_show(value)}"
+        super().__init__(f"{where}{shown}: expected {expected}")
+
+
+class _Nothing:
+    def __repr__(self) -> str:
+        return "<nothing>"
+
+
+_NOTHING: object = _Nothing()
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """One test on a thread, e.g. ``comm_prefix = ["pt_nccl"]``; ``negate`` for ``not = {...}``."""
+
+    name: str
+    value: object  # tuple[str, ...] | str (regex) | tuple[int, ...] | int | bool
+    negate: bool = False
+
+    def describe(self) -> str:
+        value = self.value
+        if isinstance(value, tuple) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, bool):
+            text = f"{self.name} = {str(value).lower()}"
+        elif isinstance(value, tuple):
+            text = f"{self.name} = [{', '.join(repr(v) for v in value)}]"
+        else:
+            text = f"{self.name} = {value!r}"
+        return f"not ({text})" if self.negate else text
+
+
+@dataclass(frozen=True, slots=True)
+class CpuAmount:
+    """A CPU count ("count") or a fraction of the online CPUs ("fraction")."""
+
+    count: int | None = None
+    fraction: float | None = None
+
+    def resolve(self, total: int) -> int:
+        if self.count is not None:
+            return self.count
+        assert self.fraction is not None
+        return max(0, int(self.fraction * total + 1e-9))
+
+    def describe(self) -> str:
+        if self.count is not None:
+            return str(self.count)
+        return f"{round((self.fraction or 0) * 100, 2):g}%"
+
+
+@dataclass(frozen=True, slots=True)
+class Sched:
+    policy: str | None = None  # None: leave the thread's policy as it is
+    priority: int | None = None  # 1..99 for fifo/rr
+    nice: int | None = None
+    reset_on_fork: bool = True  # RT only: children start as SCHED_OTHER
+
+    @property
+    def realtime(self) -> bool:
+        return self.policy in RT_POLICIES
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    name: str
+    comment: str
+    match: tuple[tuple[Predicate, ...], ...]  # OR of AND-groups; ((),) matches everything
+    kind: str = "open"
+    cpus_min: CpuAmount = field(default_factory=lambda: CpuAmount(count=0))
+    cpus_max: CpuAmount = field(default_factory=lambda: CpuAmount(fraction=1.0))
+    sched: Sched = field(default_factory=Sched)
+    numa: str = "none"
+    governor: str | None = None
+    min_freq: str | None = None  # "max", "NN%" of the hardware maximum, or kHz as digits
+    epp: str | None = None
+    irqs: str = "allow"
+
+    @property
+    def catch_all(self) -> bool:
+        return any(len(group) == 0 for group in self.match)
+
+    @property
+    def latency(self) -> bool:
+        """Layers whose threads are latency-critical get whole cores (see hostd.plan)."""
+        return self.sched.realtime or self.irqs == "avoid"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    source: str  # the file path, or "<embedded training.toml>"
+    sha256: str
+    version: int
+    name: str
+    description: str
+    mode: str
+    layers: tuple[Layer, ...]
+    warnings: tuple[str, ...] = ()
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+    @property
+    def predicates_used(self) -> frozenset[str]:
+        return frozenset(p.name for layer in self.layers for g in layer.match for p in g)
+
+    @property
+    def needs_fds(self) -> bool:
+        """Whether classification or planning needs the per-process GPU fd walk."""
+        return "gpu" in self.predicates_used or any(ly.numa == "gpu-local" for ly in self.layers)
+
+
+# -- validation --------------------------------------------------------------------------------
+class _Checker:
+    """Walks the parsed TOML and raises PolicyError at the first problem, with its key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.warnings: list[str] = []
+
+    def fail(self, key: str, value: object, expected: str) -> PolicyError:
+        return PolicyError(self.source, key, value, expected)
+
+    def table(self, value: object, key: str, allowed: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(key, value, f"a table with keys {', '.join(allowed)}")
+        for name in value:
+            if name not in allowed:
+                raise self.fail(
+                    f"{key}.{name}" if key else name,
+                    _NOTHING,
+                    f"no such key (unknown keys are errors; known here: {', '.join(allowed)})",
+                )
+        return value
+
+    def choice(self, value: object, key: str, choices: tuple[str, ...]) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise self.fail(key, value, "one of " + ", ".join(f'"{c}"' for c in choices))
+        return value
+
+    def string(self, value: object, key: str, *, empty_ok: bool = False) -> str:
+        if not isinstance(value, str) or (not empty_ok and not value.strip()):
+            raise self.fail(key, value, "a non-empty string")
+        return value
+
+    def integer(self, value: object, key: str, lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise self.fail(key, value, f"an integer from {lo} to {hi}")
+        return value
+
+    # -- pieces --
+    def cpu_amount(self, value: object, key: str) -> CpuAmount:
+        expected = 'a CPU count (integer >= 0), a fraction in (0, 1] or a percentage like "50%"'
+        if isinstance(value, bool):
+            raise self.fail(key, value, expected)
+        if isinstance(value, int):
+            if value < 0:
+                raise self.fail(key, value, expected)
+            return CpuAmount(count=value)
+        if isinstance(value, float):
+            if not 0 < value <= 1:
+                raise self.fail(key, value, expected)
+            return CpuAmount(fraction=value)
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", value)
+            if match and 0 < float(match.group(1)) <= 100:
+                return CpuAmount(fraction=float(match.group(1)) / 100)
+        raise self.fail(key, value, expected)
+
+    def predicate(self, value: object, key: str) -> Predicate:
+        if not isinstance(value, dict) or len(value) != 1:
+            raise self.fail(
+                key, value, 'a table with exactly one predicate, e.g. { comm_prefix = "pt_" }'
+            )
+        ((name, arg),) = value.items()
+        sub = f"{key}.{name}"
+        if name == "not":
+            inner = self.predicate(arg, sub)
+            if inner.negate:
+                raise self.fail(sub, arg, "a predicate (not inside not is not allowed)")
+            return Predicate(inner.name, inner.value, negate=True)
+        if name in STRING_PREDICATES:
+            items = [arg] if isinstance(arg, str) else arg
+            if (
+                not isinstance(items, list)
+                or not items
+                or not all(isinstance(s, str) and s for s in items)
+            ):
+                raise self.fail(sub, arg, "a non-empty string or a list of non-empty strings")
+            if name == "comm_prefix" or name == "pcomm_prefix" or name == "parent_comm_prefix":
+                for s in items:
+                    if len(s) > 15:
+                        raise self.fail(
+                            sub, s, "at most 15 characters (the kernel truncates comm to 15)"
+                        )
+            return Predicate(name, tuple(items))
+        if name in REGEX_PREDICATES:
+            if not isinstance(arg, str) or not arg:
+                raise self.fail(sub, arg, "a regular expression as a non-empty string")
+            try:
+                re.compile(arg)
+            except re.error as exc:
+                raise self.fail(sub, arg, f"a valid regular expression ({exc})") from None
+            return Predicate(name, arg)
+        if name in ID_PREDICATES:
+            items = [arg] if isinstance(arg, int) and not isinstance(arg, bool) else arg
+            if (
+                not isinstance(items, list)
+                or not items
+                or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32
+                    for i in items
+                )
+            ):
+                raise self.fail(sub, arg, "an id (integer >= 0) or a list of ids")
+            return Predicate(name, tuple(items))
+        if name in NICE_PREDICATES:
+            return Predicate(name, self.integer(arg, sub, -20, 19))
+        if name in BOOL_PREDICATES:
+            if not isinstance(arg, bool):
+                raise self.fail(sub, arg, "true or false")
+            return Predicate(name, arg)
+        raise self.fail(
+            sub, _NOTHING, "a known predicate: " + ", ".join((*PREDICATES, "not"))
+        )
+
+    def match(self, value: object, key: str) -> tuple[tuple[Predicate, ...], ...]:
+        expected = "a list of AND-groups, each a list of predicate tables ([[]] matches all)"
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, value, expected)
+        groups = []
+        for i, group in enumerate(value):
+            if not isinstance(group, list):
+                raise self.fail(f"{key}[{i}]", group, expected)
+            groups.append(
+                tuple(self.predicate(p, f"{key}[{i}][{j}]") for j, p in enumerate(group))
+            )
+        return tuple(groups)
+
+    def sched(self, value: object, key: str) -> Sched:
+        data = self.table(value, key, ("policy", "priority", "nice", "reset_on_fork"))
+        policy = None
+        if "policy" in data:
+            policy = self.choice(data["policy"], f"{key}.policy", SCHED_POLICIES)
+        priority = None
+        if policy in RT_POLICIES:
+            if "priority" not in data:
+                raise self.fail(f"{key}.priority", _NOTHING, f"a priority 1-99 for {policy}")
+            priority = self.integer(data["priority"], f"{key}.priority", 1, 99)
+        elif "priority" in data:
+            raise self.fail(
+                f"{key}.priority", data["priority"], 'no priority unless policy is "fifo" or "rr"'
+            )
+        nice = None
+        if "nice" in data:
+            if policy in RT_POLICIES:
+                raise self.fail(
+                    f"{key}.nice", data["nice"], "no nice with an RT policy (it has no effect)"
+                )
+            nice = self.integer(data["nice"], f"{key}.nice", -20, 19)
+        reset = True
+        if "reset_on_fork" in data:
+            reset = data["reset_on_fork"]
+            if not isinstance(reset, bool):
+                raise self.fail(f"{key}.reset_on_fork", reset, "true or false")
+        return Sched(policy, priority, nice, reset)
+
+    def min_freq(self, value: object, key: str) -> str:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return str(value)
+        if isinstance(value, str):
+            if value == "max":
+                return value
+            match = re.fullmatch(r"(\d+)%", value)
+            if match and 0 < int(match.group(1)) <= 100:
+                return value
+        raise self.fail(key, value, 'a frequency in kHz (integer > 0), "max" or a percentage')
+
+    def layer(self, value: object, key: str) -> Layer:
+        allowed = (
+            "name", "comment", "match", "kind", "cpus", "sched", "numa", "governor",
+            "min_freq", "epp", "irqs",
+        )  # fmt: skip
+        data = self.table(value, key, allowed)
+        for required in ("name", "comment", "match"):
+            if required not in data:
+                raise self.fail(f"{key}.{required}", _NOTHING, "this key (it is required)")
+        name = data["name"]
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise self.fail(
+                f"{key}.name", name, "a name of 1-32 lowercase letters, digits, '-' or '_'"
+            )
+        comment = self.string(data["comment"], f"{key}.comment")
+        match = self.match(data["match"], f"{key}.match")
+        kind = self.choice(data.get("kind", "open"), f"{key}.kind", KINDS)
+        cpus_min, cpus_max = CpuAmount(count=0), CpuAmount(fraction=1.0)
+        if "cpus" in data:
+            if kind == "open":
+                raise self.fail(
+                    f"{key}.cpus", data["cpus"], 'no cpus on an "open" layer (it uses what is left)'
+                )
+            cpus = self.table(data["cpus"], f"{key}.cpus", ("min", "max"))
+            if "min" in cpus:
+                cpus_min = self.cpu_amount(cpus["min"], f"{key}.cpus.min")
+            if "max" in cpus:
+                cpus_max = self.cpu_amount(cpus["max"], f"{key}.cpus.max")
+            if cpus_max.count == 0:
+                raise self.fail(f"{key}.cpus.max", 0, "at least 1 CPU")
+            same_unit = (cpus_min.count is None) == (cpus_max.count is None)
+            if same_unit and cpus_min.resolve(1000) > cpus_max.resolve(1000):
+                raise self.fail(
+                    f"{key}.cpus", data["cpus"], "min no larger than max"
+                )
+        sched = self.sched(data["sched"], f"{key}.sched") if "sched" in data else Sched()
+        numa = self.choice(data.get("numa", "none"), f"{key}.numa", NUMA_MODES)
+        governor = None
+        if "governor" in data:
+            governor = self.choice(data["governor"], f"{key}.governor", GOVERNORS)
+        min_freq = self.min_freq(data["min_freq"], f"{key}.min_freq") if "min_freq" in data else None
+        epp = self.choice(data["epp"], f"{key}.epp", EPP_VALUES) if "epp" in data else None
+        irqs = self.choice(data.get("irqs", "allow"), f"{key}.irqs", IRQ_MODES)
+        if kind == "open" and (governor or min_freq or epp or irqs == "avoid"):
+            raise self.fail(
+                key,
+                _NOTHING,
+                'governor, min_freq, epp and irqs = "avoid" only on a "confined" or "grouped" '
+                "layer (they act on the layer's own CPUs)",
+            )
+        layer = Layer(
+            name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
+            epp, irqs,
+        )  # fmt: skip
+        if sched.realtime:
+            for i, group in enumerate(match):
+                if all(p.name in USER_CONTROLLED or p.negate for p in group):
+                    self.warnings.append(
+                        f"{self.source}: {key}.match[{i}]: layer {name!r} is real-time "
+                        f"({sched.policy}) but this group tests only what any user controls "
+                        "(comm, cmdline, ...); any user could enter it by renaming a thread: "
+                        "add a uid, cgroup or gpu condition"
+                    )
+        return layer
+
+    def policy(self, data: dict, raw: bytes) -> Policy:
+        self.table(data, "", ("version", "name", "description", "agent", "layer"))
+        if "version" not in data:
+            raise self.fail("version", _NOTHING, "version = 1")
+        if data["version"] != 1 or isinstance(data["version"], bool):
+            raise self.fail("version", data["version"], "1 (the only policy version)")
+        agent = self.table(data.get("agent", {}), "agent", ("mode",))
+        mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
+        layers_raw = data.get("layer")
+        if not isinstance(layers_raw, list) or not layers_raw:
+            raise self.fail("layer", layers_raw if layers_raw is not None else _NOTHING,
+                            "at least one [[layer]], the last one a catch-all")
+        layers = tuple(self.layer(ly, f"layer[{i}]") for i, ly in enumerate(layers_raw))
+        names: set[str] = set()
+        for i, layer in enumerate(layers):
+            if layer.name in names:
+                raise self.fail(f"layer[{i}].name", layer.name, "a name no other layer has")
+            names.add(layer.name)
+            if layer.catch_all and i != len(layers) - 1:
+                raise self.fail(
+                    f"layer[{i}].match", _NOTHING,
+                    "no empty AND-group before the last layer (it would match every thread "
+                    "and leave the layers after it unreachable)",
+                )
+        last = layers[-1]
+        if not last.catch_all:
+            raise self.fail(
+                f"layer[{len(layers) - 1}].match", _NOTHING,
+                f"the last layer ({last.name!r}) to be a catch-all: match = [[]]",
+            )
+        if last.kind == "confined" and last.cpus_max.count is not None:
+            pass  # allowed: the planner still keeps one CPU for it
+        name = data.get("name", Path(self.source).stem if self.source else "policy")
+        description = data.get("description", "")
+        self.string(name, "name")
+        self.string(description, "description", empty_ok=True)
+        return Policy(
+            source=self.source,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            version=1,
+            name=name,
+            description=description,
+            mode=mode,
+            layers=layers,
+            warnings=tuple(self.warnings),
+        )
+
+
+def parse_policy(raw: bytes, source: str) -> Policy:
+    """Validate policy bytes; ``source`` names them in errors."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(source, "", _NOTHING, f"UTF-8 text ({exc.reason} at byte {exc.start})")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(source, "", _NOTHING, f"valid TOML ({exc})") from None
+    return _Checker(source).policy(data, raw)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file. Raises PolicyError (also for a missing file)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except IsADirectoryError:
+        raise PolicyError(str(path), "", _NOTHING, "a policy file, not a folder") from None
+    except OSError as exc:
+        raise PolicyError(str(path), "", _NOTHING, f"a readable file ({exc.strerror})") from None
+    return parse_policy(raw, str(path))
+
+
+def default_policy_bytes() -> bytes:
+    return resources.files(__package__).joinpath(DEFAULT_POLICY).read_bytes()
+
+
+def load_default() -> Policy:
+    """The embedded default policy (the same file as policies/training.toml)."""
+    return parse_policy(default_policy_bytes(), f"<embedded {DEFAULT_POLICY}>")

@@ -1,0 +1,216 @@
+"""Snapshots of every thread on the host, with the facts the classifier matches on.
+
+``scan(host)`` walks ``/proc/PID/task/TID`` through ``Host`` and returns ``Task`` values that
+share one ``Process`` per thread group (cgroup, cmdline, exe, GPU-driver fds and NVML presence
+are properties of the process, read once). Tasks are keyed by ``(tid, start_time)`` so a reused
+tid is never mistaken for an earlier thread. A task that exits while it is being read is left
+out, never an error. Called by the CLI commands and the benchmark; the agent (issue 4) will
+refresh the same values incrementally.
+
+Per-thread cost is two reads (stat, status); see FACTS.md for the measured costs behind that
+choice and BENCHMARKS.md for the full pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hostd.host import Host
+from hostd.host.parsers import (
+    Stat,
+    Status,
+    parse_cgroup,
+    parse_stat,
+    parse_status,
+    primary_cgroup,
+)
+
+# Scheduling policies by number (include/uapi/linux/sched.h).
+POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline", 7: "ext"}
+GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/")
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """What all threads of one thread group share."""
+
+    pid: int
+    start_time: int
+    comm: str  # the thread-group leader's comm ("pcomm")
+    ppid: int
+    parent_comm: str
+    cgroup: str
+    cmdline: str  # arguments joined by spaces; "" for kernel threads
+    exe: str | None  # None for kernel threads or when not permitted to see it
+    gpu_devices: tuple[str, ...]  # GPU-driver device files it holds open, e.g. "/dev/nvidia0"
+    nvml: bool  # NVML lists it among the GPU processes
+    is_kthread: bool
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.gpu_devices)
+
+    @property
+    def nvidia_minors(self) -> tuple[int, ...]:
+        """The /dev/nvidiaN device numbers it holds (which GPUs it uses)."""
+        minors = []
+        for dev in self.gpu_devices:
+            tail = dev[len("/dev/nvidia") :]
+            if dev.startswith("/dev/nvidia") and tail.isdigit():
+                minors.append(int(tail))
+        return tuple(sorted(minors))
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One thread."""
+
+    tid: int
+    start_time: int
+    comm: str
+    state: str
+    uid: int
+    gid: int
+    nice: int
+    policy: int
+    rt_priority: int
+    affinity: frozenset[int]
+    utime: int
+    stime: int
+    voluntary_ctxt_switches: int
+    nonvoluntary_ctxt_switches: int
+    processor: int
+    process: Process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tid, self.start_time)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.tid == self.process.pid
+
+    @property
+    def is_kthread(self) -> bool:
+        return self.process.is_kthread
+
+    @property
+    def policy_name(self) -> str:
+        return POLICY_NAMES.get(self.policy, str(self.policy))
+
+
+def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
+    found = set()
+    base = f"proc/{pid}/fd/"
+    for fd in host.listdir(base):
+        target = host.readlink(base + fd)
+        if target and target.startswith(GPU_DEVICE_PREFIXES):
+            found.add(target)
+    return tuple(sorted(found))
+
+
+def _read_process(
+    host: Host, pid: int, nvml_pids: frozenset[int], read_fds: bool
+) -> Process | None:
+    """The process (parent_comm still empty), or None when it is gone."""
+    text = host.read(f"proc/{pid}/stat")
+    if text is None:
+        return None
+    stat = parse_stat(text)
+    if stat.is_kthread:
+        cgroup, cmdline, exe, gpu = "/", "", None, ()
+    else:
+        cgroup = primary_cgroup(parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or ""))
+        raw = host.read_quiet(f"proc/{pid}/cmdline") or ""
+        cmdline = raw.rstrip("\0").replace("\0", " ")
+        exe = host.readlink(f"proc/{pid}/exe")
+        gpu = _gpu_devices(host, pid) if read_fds else ()
+    return Process(
+        pid=pid,
+        start_time=stat.start_time,
+        comm=stat.comm,
+        ppid=stat.ppid,
+        parent_comm="",
+        cgroup=cgroup,
+        cmdline=cmdline,
+        exe=exe,
+        gpu_devices=gpu,
+        nvml=pid in nvml_pids,
+        is_kthread=stat.is_kthread,
+    )
+
+
+def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) -> list[Task]:
+    """Every live thread below ``host``'s /proc (or of ``pids`` only), sorted by tid.
+
+    ``read_fds`` False skips the per-process fd walk (the ``gpu`` signal) when no policy needs it.
+    """
+    nvml, _ = host.nvml()
+    nvml_pids = nvml.pids if nvml else frozenset()
+    if pids is None:
+        pids = [int(e) for e in host.listdir("proc") if e.isdigit()]
+    procs: dict[int, Process] = {}
+    raw_tasks: list[tuple[int, Stat, Status, int]] = []
+    for pid in pids:
+        try:
+            proc = _read_process(host, pid, nvml_pids, read_fds)
+        except (OSError, ValueError, IndexError):
+            continue  # unreadable or half-written: treated as gone for this pass
+        if proc is None:
+            continue
+        procs[pid] = proc
+        for entry in host.listdir(f"proc/{pid}/task"):
+            if not entry.isdigit():
+                continue
+            base = f"proc/{pid}/task/{entry}/"
+            try:
+                stat_text = host.read(base + "stat")
+                status_text = host.read(base + "status") if stat_text is not None else None
+                if stat_text is None or status_text is None:
+                    continue
+                stat = parse_stat(stat_text)
+                status = parse_status(status_text)
+            except (OSError, ValueError, IndexError):
+                continue
+            if stat.state in ("Z", "X"):
+                continue  # exited, not yet reaped: nothing to change on it
+            raw_tasks.append((int(entry), stat, status, pid))
+
+    # The parent's comm: from this snapshot, or one extra read for a parent outside it.
+    comms = {pid: p.comm for pid, p in procs.items()}
+    for pid, proc in list(procs.items()):
+        parent = comms.get(proc.ppid)
+        if parent is None and proc.ppid > 0:
+            text = host.read_quiet(f"proc/{proc.ppid}/comm")
+            parent = text.rstrip("\n") if text else ""
+            comms[proc.ppid] = parent
+        procs[pid] = replace(proc, parent_comm=parent or "")
+
+    tasks = [
+        Task(
+            tid=tid,
+            start_time=stat.start_time,
+            comm=stat.comm,
+            state=stat.state,
+            uid=status.uid,
+            gid=status.gid,
+            nice=stat.nice,
+            policy=stat.policy,
+            rt_priority=stat.rt_priority,
+            affinity=status.cpus_allowed,
+            utime=stat.utime,
+            stime=stat.stime,
+            voluntary_ctxt_switches=status.voluntary_ctxt_switches,
+            nonvoluntary_ctxt_switches=status.nonvoluntary_ctxt_switches,
+            processor=stat.processor,
+            process=procs[pid],
+        )
+        for tid, stat, status, pid in raw_tasks
+    ]
+    tasks.sort(key=lambda t: t.tid)
+    return tasks
+

@@ -1,0 +1,390 @@
+"""The host's topology as one frozen value: CPUs, cores, SMT, LLCs, NUMA, GPUs, NICs, IRQs.
+
+``read_topology(host)`` builds it through ``hostd.host.Host`` (so it works on fixture trees as
+on the live kernel); the planner and ``hostd topo`` consume it. Sources:
+Documentation/admin-guide/cputopology.rst (cpu*/topology), Documentation/ABI/testing/
+sysfs-devices-system-cpu (cache, cpufreq), sysfs-bus-pci (numa_node, local_cpulist,
+msi_irqs), proc(5) (/proc/interrupts) and core-api/irq/irq-affinity.rst (smp_affinity_list).
+GPUs come from NVML where it answers, merged with sysfs PCI, and from sysfs PCI alone otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from hostd.cpuset import EMPTY, parse_cpulist
+from hostd.host import Host
+from hostd.host.parsers import (
+    parse_distance,
+    parse_int,
+    parse_interrupts,
+    parse_mountinfo_cgroups,
+    parse_nvidia_minor,
+)
+
+GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd"}
+# PCI class codes (upper 16 bits of the 24-bit class): VGA, 3D controller, other display
+# controller (AMD Instinct MI100-MI250), processing accelerator (AMD MI300).
+GPU_CLASSES = {0x0300, 0x0302, 0x0380, 0x1200}
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFreq:
+    driver: str
+    governor: str
+    available_governors: tuple[str, ...]
+    min_freq: int | None  # kHz, scaling_min_freq
+    max_freq: int | None
+    hw_min_freq: int | None  # cpuinfo_min_freq
+    hw_max_freq: int | None
+    epp: str | None  # energy_performance_preference (intel_pstate/amd-pstate active mode)
+    available_epp: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    id: int
+    package: int
+    core: int  # the id of the core: the lowest CPU id among its SMT siblings
+    siblings: frozenset[int]
+    llc: int  # the id of its last-level cache group: the lowest CPU id sharing it
+    node: int
+    freq: CpuFreq | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: int
+    cpus: frozenset[int]
+    distances: tuple[int, ...]
+    mem_total_kb: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    vendor: str  # "nvidia" | "amd"
+    name: str
+    pci: str
+    node: int | None  # None when the firmware did not say (numa_node = -1)
+    local_cpus: frozenset[int]
+    minor: int | None  # /dev/nvidiaN for NVIDIA; the renderD minor for AMD
+    source: str  # "nvml" | "sysfs"
+
+
+@dataclass(frozen=True, slots=True)
+class Nic:
+    name: str
+    pci: str
+    node: int | None
+    local_cpus: frozenset[int]
+    irqs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Irq:
+    irq: int
+    chip: str
+    name: str
+    count: int
+    affinity: frozenset[int]
+    effective: frozenset[int]
+    node: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupLayout:
+    mode: str  # "v1" | "v2" | "hybrid" | "none"
+    v2_mount: str | None  # absolute path as mounted on the host, e.g. "/sys/fs/cgroup"
+    v2_controllers: tuple[str, ...]
+    v1_mounts: tuple[tuple[str, str], ...]  # (controller, mount point)
+    cpuset: str  # "v1" | "v2" | "none": where hostd would write cpusets
+
+    def v1_mount(self, controller: str) -> str | None:
+        return dict(self.v1_mounts).get(controller)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    hostname: str
+    cpus: dict[int, Cpu]  # online CPUs by id
+    nodes: dict[int, Node]
+    gpus: tuple[Gpu, ...]
+    nics: tuple[Nic, ...]
+    irqs: tuple[Irq, ...]
+    cgroup: CgroupLayout
+    smt: bool
+    nvml: str = ""  # "" when NVML answered, else why not
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def online(self) -> frozenset[int]:
+        return frozenset(self.cpus)
+
+    def node_of(self, cpu: int) -> int:
+        return self.cpus[cpu].node
+
+    def cores(self) -> dict[int, frozenset[int]]:
+        """{core id: its online SMT siblings}."""
+        result: dict[int, set[int]] = {}
+        for cpu in self.cpus.values():
+            result.setdefault(cpu.core, set()).add(cpu.id)
+        return {core: frozenset(cpus) for core, cpus in sorted(result.items())}
+
+    def llcs(self) -> dict[int, frozenset[int]]:
+        result: dict[int, set[int]] = {}
+        for cpu in self.cpus.values():
+            result.setdefault(cpu.llc, set()).add(cpu.id)
+        return {llc: frozenset(cpus) for llc, cpus in sorted(result.items())}
+
+    def gpu_by_minor(self, vendor: str, minor: int) -> Gpu | None:
+        for gpu in self.gpus:
+            if gpu.vendor == vendor and gpu.minor == minor:
+                return gpu
+        return None
+
+
+# -- readers -----------------------------------------------------------------------------------
+_CPU_DIR = re.compile(r"^cpu(\d+)$")
+_NODE_DIR = re.compile(r"^node(\d+)$")
+
+
+def _cpulist(host: Host, rel: str) -> frozenset[int]:
+    text = host.read_line(rel)
+    return parse_cpulist(text) if text else EMPTY
+
+
+def _read_cpufreq(host: Host, cpu: int) -> CpuFreq | None:
+    base = f"sys/devices/system/cpu/cpu{cpu}/cpufreq/"
+    governor = host.read_line(base + "scaling_governor")
+    if governor is None:
+        return None
+
+    def words(name: str) -> tuple[str, ...]:
+        return tuple((host.read_line(base + name) or "").split())
+
+    return CpuFreq(
+        driver=host.read_line(base + "scaling_driver") or "",
+        governor=governor,
+        available_governors=words("scaling_available_governors"),
+        min_freq=parse_int(host.read_line(base + "scaling_min_freq")),
+        max_freq=parse_int(host.read_line(base + "scaling_max_freq")),
+        hw_min_freq=parse_int(host.read_line(base + "cpuinfo_min_freq")),
+        hw_max_freq=parse_int(host.read_line(base + "cpuinfo_max_freq")),
+        epp=host.read_line(base + "energy_performance_preference"),
+        available_epp=words("energy_performance_available_preferences"),
+    )
+
+
+def _read_nodes(host: Host, online: frozenset[int]) -> dict[int, Node]:
+    nodes: dict[int, Node] = {}
+    base = "sys/devices/system/node/"
+    for entry in host.listdir(base):
+        match = _NODE_DIR.match(entry)
+        if not match:
+            continue
+        nid = int(match.group(1))
+        meminfo = host.read_quiet(f"{base}{entry}/meminfo") or ""
+        mem = re.search(r"MemTotal:\s+(\d+)", meminfo)
+        nodes[nid] = Node(
+            id=nid,
+            cpus=_cpulist(host, f"{base}{entry}/cpulist") & online,
+            distances=parse_distance(host.read_line(f"{base}{entry}/distance") or ""),
+            mem_total_kb=int(mem.group(1)) if mem else None,
+        )
+    if not nodes:  # kernels without CONFIG_NUMA: one node holding everything
+        nodes[0] = Node(0, online, (10,), None)
+    return dict(sorted(nodes.items()))
+
+
+def _read_cpus(host: Host, online: frozenset[int], nodes: dict[int, Node]) -> dict[int, Cpu]:
+    node_of = {cpu: node.id for node in nodes.values() for cpu in node.cpus}
+    cpus: dict[int, Cpu] = {}
+    for cpu in sorted(online):
+        base = f"sys/devices/system/cpu/cpu{cpu}/"
+        siblings = (
+            _cpulist(host, base + "topology/core_cpus_list")
+            or _cpulist(host, base + "topology/thread_siblings_list")
+            or frozenset({cpu})
+        ) & online or frozenset({cpu})
+        llc_cpus = frozenset({cpu})
+        best_level = -1
+        for index in host.listdir(base + "cache"):
+            if not index.startswith("index"):
+                continue
+            ctype = host.read_line(f"{base}cache/{index}/type")
+            level = parse_int(host.read_line(f"{base}cache/{index}/level"), -1)
+            if ctype == "Instruction" or level is None or level <= best_level:
+                continue
+            shared = _cpulist(host, f"{base}cache/{index}/shared_cpu_list") & online
+            if shared:
+                best_level, llc_cpus = level, shared
+        cpus[cpu] = Cpu(
+            id=cpu,
+            package=parse_int(host.read_line(base + "topology/physical_package_id"), 0) or 0,
+            core=min(siblings),
+            siblings=siblings,
+            llc=min(llc_cpus),
+            node=node_of.get(cpu, min(nodes)),
+            freq=_read_cpufreq(host, cpu),
+        )
+    return cpus
+
+
+def _pci_node(host: Host, pci: str) -> int | None:
+    node = parse_int(host.read_line(f"sys/bus/pci/devices/{pci}/numa_node"), -1)
+    return None if node is None or node < 0 else node
+
+
+def _pci_local_cpus(host: Host, pci: str, online: frozenset[int]) -> frozenset[int]:
+    return _cpulist(host, f"sys/bus/pci/devices/{pci}/local_cpulist") & online or online
+
+
+def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str]:
+    nvml, why = host.nvml()
+    nvml_by_pci = {g.pci_bus_id: g for g in nvml.gpus} if nvml else {}
+    found: list[tuple[str, str, int | None, str]] = []  # (pci, vendor, minor, name)
+    for pci in sorted(host.listdir("sys/bus/pci/devices")):
+        base = f"sys/bus/pci/devices/{pci}/"
+        vendor = GPU_VENDORS.get(parse_int(host.read_line(base + "vendor"), 0) or 0)
+        pci_class = parse_int(host.read_line(base + "class"), 0) or 0
+        if vendor is None or (pci_class >> 8) not in GPU_CLASSES:
+            continue
+        minor: int | None = None
+        name = ""
+        if vendor == "nvidia":
+            info = host.read_quiet(f"proc/driver/nvidia/gpus/{pci}/information") or ""
+            minor = parse_nvidia_minor(info)
+            model = re.search(r"^Model:\s*(.+)$", info, re.MULTILINE)
+            name = model.group(1).strip() if model else ""
+        else:
+            renders = [d for d in host.listdir(base + "drm") if d.startswith("renderD")]
+            minor = int(renders[0][len("renderD") :]) if renders else None
+        found.append((pci, vendor, minor, name))
+    gpus: list[Gpu] = []
+    seen: set[str] = set()
+    for g in nvml.gpus if nvml else ():
+        seen.add(g.pci_bus_id)
+        gpus.append(
+            Gpu(
+                index=g.index,
+                vendor="nvidia",
+                name=g.name,
+                pci=g.pci_bus_id,
+                node=_pci_node(host, g.pci_bus_id),
+                local_cpus=_pci_local_cpus(host, g.pci_bus_id, online),
+                minor=g.minor,
+                source="nvml",
+            )
+        )
+    for pci, vendor, minor, name in found:
+        if pci in seen or pci in nvml_by_pci:
+            continue
+        gpus.append(
+            Gpu(
+                index=len(gpus),
+                vendor=vendor,
+                name=name or f"{vendor} GPU",
+                pci=pci,
+                node=_pci_node(host, pci),
+                local_cpus=_pci_local_cpus(host, pci, online),
+                minor=minor,
+                source="sysfs",
+            )
+        )
+    return tuple(gpus), why
+
+
+def _read_nics(host: Host, online: frozenset[int]) -> tuple[Nic, ...]:
+    nics: list[Nic] = []
+    for name in sorted(host.listdir("sys/class/net")):
+        pci = host.pci_address_of(f"sys/class/net/{name}/device")
+        if pci is None:
+            continue  # virtual interface (lo, veth, bridges): no IRQs of its own
+        irqs = sorted(
+            int(i) for i in host.listdir(f"sys/bus/pci/devices/{pci}/msi_irqs") if i.isdigit()
+        )
+        nics.append(
+            Nic(
+                name=name,
+                pci=pci,
+                node=_pci_node(host, pci),
+                local_cpus=_pci_local_cpus(host, pci, online),
+                irqs=tuple(irqs),
+            )
+        )
+    return tuple(nics)
+
+
+def _read_irqs(host: Host) -> tuple[Irq, ...]:
+    irqs: list[Irq] = []
+    for line in parse_interrupts(host.read_quiet("proc/interrupts") or ""):
+        base = f"proc/irq/{line.irq}/"
+        node = parse_int(host.read_line(base + "node"), -1)
+        irqs.append(
+            Irq(
+                irq=line.irq,
+                chip=line.chip,
+                name=line.name,
+                count=sum(line.counts),
+                affinity=_cpulist(host, base + "smp_affinity_list"),
+                effective=_cpulist(host, base + "effective_affinity_list"),
+                node=None if node is None or node < 0 else node,
+            )
+        )
+    return tuple(irqs)
+
+
+def read_cgroup_layout(host: Host) -> CgroupLayout:
+    mounts = parse_mountinfo_cgroups(host.read_quiet("proc/self/mountinfo") or "")
+    v2 = next((m.mount_point for m in mounts if m.version == 2), None)
+    v1 = tuple((c, m.mount_point) for m in mounts if m.version == 1 for c in m.controllers)
+    v2_controllers: tuple[str, ...] = ()
+    if v2 is not None:
+        v2_controllers = tuple(
+            (host.read_line(v2.lstrip("/") + "/cgroup.controllers") or "").split()
+        )
+    if v1 and v2:
+        mode = "hybrid"
+    elif v1:
+        mode = "v1"
+    elif v2:
+        mode = "v2"
+    else:
+        mode = "none"
+    if "cpuset" in dict(v1):
+        cpuset = "v1"
+    elif "cpuset" in v2_controllers:
+        cpuset = "v2"
+    else:
+        cpuset = "none"
+    return CgroupLayout(mode, v2, v2_controllers, v1, cpuset)
+
+
+def read_topology(host: Host) -> Topology:
+    """Snapshot the topology of ``host``. Missing files degrade to defaults, never raise."""
+    online = _cpulist(host, "sys/devices/system/cpu/online")
+    notes: list[str] = []
+    if not online:
+        online = frozenset(
+            int(m.group(1))
+            for e in host.listdir("sys/devices/system/cpu")
+            if (m := _CPU_DIR.match(e))
+        ) or frozenset({0})
+        notes.append("no sys/devices/system/cpu/online: assumed every listed CPU is online")
+    nodes = _read_nodes(host, online)
+    cpus = _read_cpus(host, online, nodes)
+    gpus, nvml_why = _read_gpus(host, online)
+    return Topology(
+        hostname=host.read_line("proc/sys/kernel/hostname") or "",
+        cpus=cpus,
+        nodes=nodes,
+        gpus=gpus,
+        nics=_read_nics(host, online),
+        irqs=_read_irqs(host),
+        cgroup=read_cgroup_layout(host),
+        smt=any(len(c.siblings) > 1 for c in cpus.values()),
+        nvml=nvml_why,
+        notes=tuple(notes),
+    )
