@@ -213,9 +213,7 @@ class Classifier:
                     group_results.append(GroupResult(index, True, None))
                 else:
                     pred = failed[0]
-                    group_results.append(
-                        GroupResult(index, False, pred, _actual(pred.name, task))
-                    )
+                    group_results.append(GroupResult(index, False, pred, _actual(pred.name, task)))
             matched = any(g.matched for g in group_results)
             results.append(LayerResult(layer.name, matched, tuple(group_results)))
             if matched:

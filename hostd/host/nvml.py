@@ -8,6 +8,7 @@ reason string, never an exception: GPU detection then falls back to sysfs PCI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 
@@ -103,11 +104,11 @@ def _query_live() -> NvmlInfo:
                 pynvml.nvmlDeviceGetComputeRunningProcesses,
                 pynvml.nvmlDeviceGetGraphicsRunningProcesses,
             ):
-                try:
+                with contextlib.suppress(pynvml.NVMLError):
                     procs.update((int(p.pid), index) for p in getter(handle))
-                except pynvml.NVMLError:
-                    pass
-        return NvmlInfo(_text(pynvml.nvmlSystemGetDriverVersion()), tuple(gpus), tuple(sorted(procs)))
+        return NvmlInfo(
+            _text(pynvml.nvmlSystemGetDriverVersion()), tuple(gpus), tuple(sorted(procs))
+        )
     finally:
         pynvml.nvmlShutdown()
 

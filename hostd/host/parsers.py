@@ -139,8 +139,20 @@ class CgroupMount:
 
 
 _MOUNT_OPTIONS = {
-    "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "xattr", "noprefix",
-    "clone_children", "cpuset_v2_mode", "nsdelegate", "memory_recursiveprot", "favordynmods",
+    "rw",
+    "ro",
+    "relatime",
+    "noatime",
+    "nosuid",
+    "nodev",
+    "noexec",
+    "xattr",
+    "noprefix",
+    "clone_children",
+    "cpuset_v2_mode",
+    "nsdelegate",
+    "memory_recursiveprot",
+    "favordynmods",
 }
 
 

@@ -293,8 +293,7 @@ class _Checker:
                 not isinstance(items, list)
                 or not items
                 or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32
-                    for i in items
+                    isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32 for i in items
                 )
             ):
                 raise self.fail(sub, arg, "an id (integer >= 0) or a list of ids")
@@ -305,9 +304,7 @@ class _Checker:
             if not isinstance(arg, bool):
                 raise self.fail(sub, arg, "true or false")
             return Predicate(name, arg)
-        raise self.fail(
-            sub, _NOTHING, "a known predicate: " + ", ".join((*PREDICATES, "not"))
-        )
+        raise self.fail(sub, _NOTHING, "a known predicate: " + ", ".join((*PREDICATES, "not")))
 
     def match(self, value: object, key: str) -> tuple[tuple[Predicate, ...], ...]:
         expected = "a list of AND-groups, each a list of predicate tables ([[]] matches all)"
@@ -317,9 +314,7 @@ class _Checker:
         for i, group in enumerate(value):
             if not isinstance(group, list):
                 raise self.fail(f"{key}[{i}]", group, expected)
-            groups.append(
-                tuple(self.predicate(p, f"{key}[{i}][{j}]") for j, p in enumerate(group))
-            )
+            groups.append(tuple(self.predicate(p, f"{key}[{i}][{j}]") for j, p in enumerate(group)))
         return tuple(groups)
 
     def sched(self, value: object, key: str) -> Sched:
@@ -393,15 +388,15 @@ class _Checker:
                 raise self.fail(f"{key}.cpus.max", 0, "at least 1 CPU")
             same_unit = (cpus_min.count is None) == (cpus_max.count is None)
             if same_unit and cpus_min.resolve(1000) > cpus_max.resolve(1000):
-                raise self.fail(
-                    f"{key}.cpus", data["cpus"], "min no larger than max"
-                )
+                raise self.fail(f"{key}.cpus", data["cpus"], "min no larger than max")
         sched = self.sched(data["sched"], f"{key}.sched") if "sched" in data else Sched()
         numa = self.choice(data.get("numa", "none"), f"{key}.numa", NUMA_MODES)
         governor = None
         if "governor" in data:
             governor = self.choice(data["governor"], f"{key}.governor", GOVERNORS)
-        min_freq = self.min_freq(data["min_freq"], f"{key}.min_freq") if "min_freq" in data else None
+        min_freq = (
+            self.min_freq(data["min_freq"], f"{key}.min_freq") if "min_freq" in data else None
+        )
         epp = self.choice(data["epp"], f"{key}.epp", EPP_VALUES) if "epp" in data else None
         irqs = self.choice(data.get("irqs", "allow"), f"{key}.irqs", IRQ_MODES)
         if kind == "open" and (governor or min_freq or epp or irqs == "avoid"):
@@ -436,8 +431,11 @@ class _Checker:
         mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
         layers_raw = data.get("layer")
         if not isinstance(layers_raw, list) or not layers_raw:
-            raise self.fail("layer", layers_raw if layers_raw is not None else _NOTHING,
-                            "at least one [[layer]], the last one a catch-all")
+            raise self.fail(
+                "layer",
+                layers_raw if layers_raw is not None else _NOTHING,
+                "at least one [[layer]], the last one a catch-all",
+            )
         layers = tuple(self.layer(ly, f"layer[{i}]") for i, ly in enumerate(layers_raw))
         names: set[str] = set()
         for i, layer in enumerate(layers):
@@ -446,14 +444,16 @@ class _Checker:
             names.add(layer.name)
             if layer.catch_all and i != len(layers) - 1:
                 raise self.fail(
-                    f"layer[{i}].match", _NOTHING,
+                    f"layer[{i}].match",
+                    _NOTHING,
                     "no empty AND-group before the last layer (it would match every thread "
                     "and leave the layers after it unreachable)",
                 )
         last = layers[-1]
         if not last.catch_all:
             raise self.fail(
-                f"layer[{len(layers) - 1}].match", _NOTHING,
+                f"layer[{len(layers) - 1}].match",
+                _NOTHING,
                 f"the last layer ({last.name!r}) to be a catch-all: match = [[]]",
             )
         if last.kind == "confined" and last.cpus_max.count is not None:
@@ -479,7 +479,9 @@ def parse_policy(raw: bytes, source: str) -> Policy:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PolicyError(source, "", _NOTHING, f"UTF-8 text ({exc.reason} at byte {exc.start})")
+        raise PolicyError(
+            source, "", _NOTHING, f"UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -213,4 +213,3 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
     ]
     tasks.sort(key=lambda t: t.tid)
     return tasks
-

@@ -1,0 +1,48 @@
+"""The ``hostd`` command line (typer). One module per command group; each only renders.
+
+Entry point ``main()`` is the console script. Every listing has ``--json``; exit codes: 0 ok,
+1 runtime failure, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from hostd import __version__
+from hostd.cli import classify as classify_cmd
+from hostd.cli import plan as plan_cmd
+from hostd.cli import policy as policy_cmd
+from hostd.cli import topo as topo_cmd
+
+app = typer.Typer(
+    help="hostd: keep the latency-critical threads of AI training jobs fed, from userspace.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hostd {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """hostd: classify every thread into layers, plan its CPUs, and explain why."""
+
+
+app.command("topo")(topo_cmd.topo)
+app.command("classify")(classify_cmd.classify)
+app.command("explain")(classify_cmd.explain)
+app.command("plan")(plan_cmd.plan)
+app.add_typer(policy_cmd.app, name="policy")
+
+
+def main() -> None:
+    app()

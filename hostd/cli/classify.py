@@ -1,0 +1,165 @@
+"""``hostd classify`` (threads per layer) and ``hostd explain TID`` (why a thread is where it is).
+
+Both run one observe + classify pass through ``hostd.cli.common.snapshot`` and render it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import typer
+from rich.table import Table
+
+from hostd.classify import Classified
+from hostd.cli.common import (
+    JsonOpt,
+    PolicyOpt,
+    RootOpt,
+    fail,
+    out,
+    print_json,
+    snapshot,
+)
+
+
+def _row(item: Classified) -> dict:
+    t = item.task
+    return {
+        "tid": t.tid,
+        "pid": t.pid,
+        "start_time": t.start_time,
+        "comm": t.comm,
+        "pcomm": t.process.comm,
+        "parent_comm": t.process.parent_comm,
+        "layer": item.layer,
+        "group": item.group,
+        "uid": t.uid,
+        "cgroup": t.process.cgroup,
+        "gpu": list(t.process.gpu_devices),
+        "policy": t.policy_name,
+        "nice": t.nice,
+    }
+
+
+def classify(
+    policy: str = PolicyOpt,
+    root: str = RootOpt,
+    pid: list[int] = typer.Option([], "--pid", help="Only threads of this process (repeatable)."),
+    layer: list[str] = typer.Option([], "--layer", "-l", help="Only this layer (repeatable)."),
+    members: bool = typer.Option(False, "--members", "-m", help="List each thread."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Sort every thread into the policy's layers: counts per layer, or each member."""
+    snap = snapshot(policy, root)
+    known = [ly.name for ly in snap.policy.layers]
+    for name in layer:
+        if name not in known:
+            fail(f"--layer {name!r}: expected one of {', '.join(known)}")
+    items = [
+        c
+        for c in snap.classified
+        if (not pid or c.task.pid in pid) and (not layer or c.layer in layer)
+    ]
+    if as_json:
+        counts = Counter(c.layer for c in items)
+        print_json(
+            {
+                "policy": snap.policy.name,
+                "layers": [{"name": n, "threads": counts.get(n, 0)} for n in known],
+                "threads": [_row(c) for c in items],
+            }
+        )
+        return
+    counts = Counter(c.layer for c in items)
+    procs: dict[str, set[int]] = {}
+    for c in items:
+        procs.setdefault(c.layer, set()).add(c.task.pid)
+    table = Table(title=f"policy {snap.policy.name}: {len(items)} threads", title_justify="left")
+    for col in ("layer", "threads", "processes", "kind", "comment"):
+        table.add_column(col)
+    for ly in snap.policy.layers:
+        if layer and ly.name not in layer:
+            continue
+        table.add_row(
+            ly.name,
+            str(counts.get(ly.name, 0)),
+            str(len(procs.get(ly.name, ()))),
+            ly.kind,
+            ly.comment,
+        )
+    out.print(table)
+    if members:
+        mt = Table(title_justify="left")
+        for col in ("tid", "pid", "comm", "leader", "parent", "layer", "group", "cgroup"):
+            mt.add_column(col)
+        for c in items:
+            t = c.task
+            mt.add_row(
+                str(t.tid),
+                str(t.pid),
+                t.comm,
+                t.process.comm,
+                t.process.parent_comm,
+                c.layer,
+                str(c.group),
+                t.process.cgroup,
+            )
+        out.print(mt)
+
+
+def explain(
+    tid: int = typer.Argument(..., help="Thread id (a pid is its main thread's tid)."),
+    policy: str = PolicyOpt,
+    root: str = RootOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Say which AND-group of which layer matched a thread, and why earlier layers did not."""
+    snap = snapshot(policy, root)
+    task = next((t for t in snap.tasks if t.tid == tid), None)
+    if task is None:
+        fail(f"thread {tid}: no such thread on this host (it may have exited)")
+    ex = snap.classifier.explain(task)
+    if as_json:
+        print_json(
+            {
+                "thread": _row(Classified(task, ex.layer, ex.group)),
+                "layer": ex.layer,
+                "group": ex.group,
+                "layers": [
+                    {
+                        "layer": r.layer,
+                        "matched": r.matched,
+                        "groups": [
+                            {
+                                "group": g.index,
+                                "matched": g.matched,
+                                "failed": g.failed.describe() if g.failed else None,
+                                "actual": g.actual,
+                            }
+                            for g in r.groups
+                        ],
+                    }
+                    for r in ex.layers
+                ],
+            }
+        )
+        return
+    p = task.process
+    out.print(
+        f"thread {task.tid} {task.comm!r} of process {p.pid} {p.comm!r} (parent {p.parent_comm!r},"
+        f" uid {task.uid}, cgroup {p.cgroup}, GPU devices: {', '.join(p.gpu_devices) or 'none'})"
+    )
+    layer = snap.policy.layer(ex.layer)
+    group = layer.match[ex.group]
+    why = " and ".join(pr.describe() for pr in group) or "the catch-all (matches every thread)"
+    out.print(f"-> layer [bold]{ex.layer}[/], group {ex.group}: {why}")
+    out.print(f"   ({layer.comment})")
+    for line in ex.lines():
+        out.print("   " + line)
+    if task.is_kthread and not any(
+        pr.name == "is_kthread" and pr.value is True and not pr.negate for pr in group
+    ):
+        out.print(
+            "   kernel thread: hostd never changes it unless the matching group says "
+            "is_kthread = true"
+        )

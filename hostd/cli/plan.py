@@ -1,0 +1,89 @@
+"""``hostd plan``: what the policy would do on this host (nothing is changed).
+
+``--json`` prints ``Plan.to_json()`` exactly, so plans can be diffed and kept as golden files.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import typer
+from rich.table import Table
+
+from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, out, print_json, snapshot
+from hostd.cpuset import format_cpulist
+
+
+def plan(
+    policy: str = PolicyOpt,
+    root: str = RootOpt,
+    tasks: bool = typer.Option(False, "--tasks", "-t", help="List every thread decision."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run)."""
+    snap = snapshot(policy, root)
+    p = snap.plan()
+    if as_json:
+        print_json(p.to_json())
+        return
+    out.print(
+        f"policy [bold]{p.policy}[/] (mode {p.mode}) on {snap.topology.hostname or 'host'}: "
+        f"{len(p.online)} CPUs, shared pool {format_cpulist(p.pool) or '-'}"
+    )
+    table = Table(title_justify="left")
+    for col in ("layer", "kind", "threads", "own CPUs", "mems", "sched", "notes"):
+        table.add_column(col)
+    for lp in p.layers:
+        ly = snap.policy.layer(lp.name)
+        s = ly.sched
+        sched = s.policy or "-"
+        if s.priority is not None:
+            sched += f" {s.priority}"
+        if s.nice is not None:
+            sched += f" nice {s.nice}"
+        own = format_cpulist(lp.cpus) if lp.kind != "open" else "(pool)"
+        table.add_row(
+            lp.name, lp.kind, str(lp.threads), own or "-", format_cpulist(lp.mems), sched,
+            "; ".join(lp.notes),
+        )  # fmt: skip
+    out.print(table)
+    moved = sum(1 for t in p.tasks if t.affinity is not None)
+    by_layer = Counter(t.layer for t in p.tasks)
+    out.print(
+        f"threads: {len(p.tasks)} with a decision ({moved} affinity changes; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(by_layer.items()))
+        + ")"
+    )
+    if tasks and p.tasks:
+        tt = Table(title_justify="left")
+        for col in ("tid", "pid", "comm", "layer", "affinity", "sched", "node"):
+            tt.add_column(col)
+        for t in p.tasks:
+            sched = (t.policy or "-") + (f" {t.priority}" if t.priority else "")
+            if t.nice is not None:
+                sched += f" nice {t.nice}"
+            tt.add_row(
+                str(t.tid), str(t.pid), t.comm, t.layer,
+                "-" if t.affinity is None else format_cpulist(t.affinity), sched,
+                "-" if t.node is None else str(t.node),
+            )  # fmt: skip
+        out.print(tt)
+    changed = [
+        i
+        for i in p.irqs
+        if i.affinity != next((x.affinity for x in snap.topology.irqs if x.irq == i.irq), None)
+    ]
+    out.print(f"IRQs: {len(p.irqs)} placed, {len(changed)} would move")
+    for i in changed[:20]:
+        out.print(f"  IRQ {i.irq} {i.name} -> CPUs {format_cpulist(i.affinity)} ({i.reason})")
+    if p.cpufreq:
+        govs = Counter((c.governor, c.min_freq, c.epp) for c in p.cpufreq)
+        for (gov, floor, epp), n in sorted(govs.items(), key=str):
+            out.print(
+                f"cpufreq: {n} CPUs -> governor {gov or '-'}, min {floor or '-'} kHz, "
+                f"EPP {epp or '-'}"
+            )
+    for n in p.numa:
+        out.print(f"NUMA: process {n.pid} {n.comm!r} ({n.layer}) -> node {n.node}")
+    for note in p.notes:
+        out.print(f"note: {note}")

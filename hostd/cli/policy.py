@@ -1,0 +1,48 @@
+"""``hostd policy check FILE...`` and ``hostd policy show``: validate and print policies."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hostd.cli.common import EXIT_BAD_INPUT, PolicyOpt, get_policy, out
+from hostd.policy import PolicyError, default_policy_bytes, load_policy
+
+app = typer.Typer(help="Validate and show policy files.", no_args_is_help=True)
+
+
+@app.command()
+def check(
+    files: list[str] = typer.Argument(..., help="Policy files to validate."),
+) -> None:
+    """Validate policy files: one line per file; exit 2 if any is bad."""
+    bad = 0
+    for path in files:
+        try:
+            policy = load_policy(path)
+        except PolicyError as exc:
+            sys.stderr.write(f"hostd: {exc}\n")
+            bad += 1
+            continue
+        for warning in policy.warnings:
+            sys.stderr.write(f"hostd: warning: {warning}\n")
+        out.print(f"{path}: ok ({policy.name}: {len(policy.layers)} layers)")
+    if bad:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command()
+def show(policy: str = PolicyOpt) -> None:
+    """Print a policy's layers (the embedded default when no --policy is given)."""
+    if policy is None:
+        sys.stdout.write(default_policy_bytes().decode())
+        return
+    p = get_policy(policy)
+    for layer in p.layers:
+        groups = " OR ".join(
+            "(" + (" and ".join(pr.describe() for pr in g) or "everything") + ")"
+            for g in layer.match
+        )
+        out.print(f"[bold]{layer.name}[/] ({layer.kind}): {groups}")
+        out.print(f"    {layer.comment}")

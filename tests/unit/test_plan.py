@@ -1,0 +1,252 @@
+"""Table-driven tests of the pure planner over synthetic topologies (tests/synth.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hostd.classify import Classifier
+from hostd.plan import plan
+from hostd.policy import parse_policy
+from tests import synth
+
+TRAINING = b"""
+version = 1
+[[layer]]
+name = "trainer"
+comment = "ranks"
+match = [[{ gpu = true }], [{ parent_comm_prefix = "pt_elastic" }, { uid = 0 }]]
+kind = "grouped"
+cpus = { min = 2, max = "50%" }
+sched = { policy = "fifo", priority = 10 }
+numa = "gpu-local"
+governor = "performance"
+irqs = "avoid"
+
+[[layer]]
+name = "data"
+comment = "loaders"
+match = [[{ comm_prefix = "pt_data_worker" }]]
+kind = "confined"
+cpus = { min = 1, max = 4 }
+sched = { policy = "other", nice = -5 }
+
+[[layer]]
+name = "rest"
+comment = "all else"
+match = [[]]
+"""
+
+
+def run(topo, tasks, policy_bytes=TRAINING, **kw):
+    policy = parse_policy(policy_bytes, "test.toml")
+    classified = Classifier(policy).classify_all(tasks)
+    return plan(topo, classified, policy, **kw)
+
+
+def job(topo, ranks=((0, "/dev/nvidia0"), (1, "/dev/nvidia4")), threads_per_rank=20):
+    online = topo.online
+    launcher = synth.process(100, "pt_elastic")
+    tasks = synth.threads(launcher, 2, online=online)
+    for i, (_, dev) in enumerate(ranks):
+        rank = synth.process(
+            200 + i,
+            parent_comm="pt_elastic",
+            gpu_devices=("/dev/nvidia-uvm", "/dev/nvidiactl", dev),
+            ppid=100,
+        )
+        tasks += synth.threads(rank, threads_per_rank, online=online)
+        worker = synth.process(300 + i, "pt_data_worker", parent_comm="python3", ppid=200 + i)
+        tasks += synth.threads(worker, 2, online=online)
+    other = synth.process(400, "stress-ng")
+    tasks += synth.threads(other, 4, online=online)
+    return tasks
+
+
+def test_trainer_gets_gpu_local_whole_cores_on_both_nodes():
+    topo = synth.topology("2x8x2", gpus=8, cpufreq=True)
+    p = run(topo, job(topo))
+    trainer = p.layer("trainer")
+    # 50% of 32 CPUs, whole cores (both siblings), split over the two GPU nodes by rank count.
+    assert len(trainer.cpus) == 16
+    for cpu in trainer.cpus:
+        assert topo.cpus[cpu].siblings <= trainer.cpus
+    assert {topo.cpus[c].node for c in trainer.cpus} == {0, 1}
+    assert trainer.mems == frozenset({0, 1})
+    # Each rank is narrowed to its GPU's node; its threads are FIFO 10.
+    by_pid = {}
+    for tp in p.tasks:
+        by_pid.setdefault(tp.pid, []).append(tp)
+    for pid, node in ((200, 0), (201, 1)):
+        for tp in by_pid[pid]:
+            assert tp.layer == "trainer"
+            assert tp.policy == "fifo" and tp.priority == 10 and tp.reset_on_fork
+            assert tp.affinity <= topo.nodes[node].cpus
+            assert tp.node == node
+    assert [(n.pid, n.node) for n in p.numa] == [(200, 0), (201, 1)]
+    # The pool keeps CPU 0 and the data layer's CPUs are its own.
+    assert 0 in p.pool
+    data = p.layer("data")
+    assert data.cpus and not data.cpus & trainer.cpus and not data.cpus & p.pool
+    # Governor on the trainer's CPUs only.
+    assert {c.cpu for c in p.cpufreq} == set(trainer.cpus)
+    assert {c.governor for c in p.cpufreq} == {"performance"}
+
+
+def test_grouped_and_confined_and_open_affinity():
+    topo = synth.topology("1x8x1")
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)))
+    trainer, data = p.layer("trainer"), p.layer("data")
+    for tp in p.tasks:
+        if tp.layer == "trainer":  # grouped: own CPUs plus the pool
+            assert tp.affinity == trainer.cpus | p.pool
+        elif tp.layer == "data":  # confined: own CPUs only
+            assert tp.affinity == data.cpus
+        elif tp.affinity is not None:  # open: the pool
+            assert tp.affinity == p.pool
+
+
+def test_catch_all_always_keeps_a_cpu():
+    greedy = TRAINING.replace(b'max = "50%"', b'max = "100%"').replace(b"min = 2", b"min = 64")
+    for shape in ("1x1x1", "1x2x1", "1x1x2", "2x2x2"):
+        topo = synth.topology(shape, gpus=1)
+        p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)), greedy)
+        assert p.pool, shape
+        assert all(tp.affinity is None or tp.affinity for tp in p.tasks)
+
+
+def test_layer_without_cpu_says_so_and_uses_pool():
+    topo = synth.topology("1x1x1", gpus=1)
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)))
+    trainer = p.layer("trainer")
+    assert not trainer.cpus
+    assert any("no CPU of its own" in n for n in trainer.notes)
+    assert all(tp.affinity is None for tp in p.tasks if tp.layer == "trainer")
+
+
+def test_empty_layers_get_no_cpus():
+    topo = synth.topology("2x8x2", gpus=8)
+    other = synth.process(400, "stress-ng")
+    p = run(topo, synth.threads(other, 4, online=topo.online))
+    assert p.pool == topo.online
+    assert not p.layer("trainer").cpus and not p.layer("data").cpus
+    assert p.tasks == ()  # nothing to decide for the catch-all's threads
+
+
+def test_irqs_avoid_trainer_cpus_and_nic_irqs_stay_on_their_node():
+    topo = synth.topology("2x8x2", gpus=8, nics=2)
+    p = run(topo, job(topo))
+    trainer = p.layer("trainer").cpus
+    assert p.irqs
+    nic_node = {irq: nic.node for nic in topo.nics for irq in nic.irqs}
+    for ip in p.irqs:
+        assert ip.affinity and not ip.affinity & trainer
+        if ip.irq in nic_node:
+            assert ip.affinity <= topo.nodes[nic_node[ip.irq]].cpus
+
+
+def test_kernel_threads_and_excluded_pids_are_never_planned():
+    topo = synth.topology("1x4x1")
+    kthread = synth.process(2, "kthreadd", kthread=True)
+    me = synth.process(999, "hostd")
+    tasks = [synth.thread(kthread, online=topo.online), synth.thread(me, online=topo.online)]
+    everything_fifo = b"""
+version = 1
+[[layer]]
+name = "all"
+comment = "every thread"
+match = [[]]
+sched = { policy = "batch" }
+"""
+    p = run(topo, tasks, everything_fifo, exclude_pids=frozenset({999}))
+    assert p.tasks == ()
+    named = everything_fifo.replace(b"match = [[]]", b"match = [[{ is_kthread = true }], []]")
+    p = run(topo, tasks, named, exclude_pids=frozenset({999}))
+    assert [tp.tid for tp in p.tasks] == [2]
+
+
+def test_base_affinity_narrower_pin_is_kept_where_it_overlaps():
+    topo = synth.topology("1x8x1", gpus=1)
+    tasks = job(topo, ranks=((0, "/dev/nvidia0"),))
+    pinned = synth.process(500, "pinned")
+    tasks.append(synth.thread(pinned, affinity=frozenset({1}), online=topo.online))
+    p = run(topo, tasks)
+    assert 1 in p.pool
+    # Its pin is inside the pool: no change for it.
+    assert all(tp.tid != 500 for tp in p.tasks)
+    # Given an original affinity of everything, hostd would move it to the pool.
+    p2 = run(topo, tasks, base_affinity={(500, 5500): topo.online})
+    tp = next(tp for tp in p2.tasks if tp.tid == 500)
+    assert tp.affinity == p2.pool
+
+
+def test_governor_not_offered_is_a_note_not_a_plan():
+    topo = synth.topology("1x8x1", gpus=1, cpufreq=True, governors=("powersave",))
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)))
+    assert p.cpufreq == ()
+    assert any("governor 'performance' not offered" in n for n in p.notes)
+
+
+def test_plan_is_deterministic_and_order_independent():
+    topo = synth.topology("2x8x2", gpus=8, nics=2, cpufreq=True)
+    tasks = job(topo)
+    first = run(topo, tasks).to_json()
+    shuffled = list(tasks)
+    random.Random(7).shuffle(shuffled)
+    assert run(topo, shuffled).to_json() == first
+
+
+@pytest.mark.parametrize(
+    ("shape", "gpus"), [("1x2x1", 0), ("1x4x2", 1), ("2x4x2", 2), ("2x16x2", 8), ("4x4x1", 4)]
+)
+def test_shipped_default_policy_plans_on_synthetic_hosts(shape, gpus):
+    from hostd.policy import default_policy_bytes
+
+    topo = synth.topology(shape, gpus=gpus, nics=1, cpufreq=True)
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)), default_policy_bytes())
+    assert p.pool
+    owned = [lp.cpus for lp in p.layers]
+    assert sum(len(c) for c in owned) == len(frozenset().union(*owned))  # disjoint
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shape=st.sampled_from(["1x1x1", "1x2x1", "1x2x2", "1x4x2", "2x4x2", "2x3x1", "4x2x2"]),
+    n_gpus=st.integers(0, 8),
+    kinds=st.lists(st.sampled_from(["confined", "grouped", "open"]), min_size=1, max_size=4),
+    mins=st.lists(st.integers(0, 6), min_size=4, max_size=4),
+    maxs=st.lists(st.sampled_from(["1", "3", '"25%"', '"50%"', '"100%"', "0.75"]), min_size=4,
+                  max_size=4),
+    sizes=st.lists(st.integers(0, 12), min_size=4, max_size=4),
+)  # fmt: skip
+def test_plan_invariants_hold_for_any_layers(shape, n_gpus, kinds, mins, maxs, sizes):
+    topo = synth.topology(shape, gpus=n_gpus)
+    text = "version = 1\n"
+    tasks = []
+    for i, kind in enumerate(kinds):
+        text += f'[[layer]]\nname = "l{i}"\ncomment = "c"\nmatch = [[{{ comm_prefix = "w{i}" }}]]\n'
+        text += f'kind = "{kind}"\n'
+        if kind != "open":
+            text += f"cpus = {{ min = {mins[i]}, max = {maxs[i]} }}\n"
+            if i % 2:
+                text += 'numa = "gpu-local"\nirqs = "avoid"\n'
+        proc = synth.process(1000 + i * 100, f"w{i}", gpu_devices=(f"/dev/nvidia{i}",))
+        tasks += synth.threads(proc, sizes[i], online=topo.online) if sizes[i] else []
+    text += '[[layer]]\nname = "rest"\ncomment = "c"\nmatch = [[]]\n'
+    try:
+        p = run(topo, tasks, text.encode())
+    except Exception as exc:  # min above max is a policy error, not a planner one
+        assert "min no larger than max" in str(exc)
+        return
+    owned = [lp.cpus for lp in p.layers]
+    assert p.pool, "the catch-all must keep a CPU"
+    assert sum(len(c) for c in owned) + len(p.pool) == len(topo.online)  # a partition
+    assert frozenset().union(p.pool, *owned) == topo.online
+    for lp in p.layers:
+        if lp.kind != "open" and lp.threads and not lp.cpus:
+            assert lp.notes
+    for tp in p.tasks:
+        assert tp.affinity is None or (tp.affinity and tp.affinity <= topo.online)
