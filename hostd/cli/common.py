@@ -9,18 +9,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from typing import NoReturn
 
 import typer
 from rich.console import Console
 
-from hostd.classify import Classified, Classifier
 from hostd.host import Host
-from hostd.plan import Plan, plan
 from hostd.policy import Policy, PolicyError, load_default, load_policy
-from hostd.tasks import Task, scan
-from hostd.topology import Topology, read_topology
+from hostd.snapshot import Snapshot, take
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -32,7 +28,8 @@ RootOpt = typer.Option(
 )
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of tables.")
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (scripts, tests, less) gets wide tables instead of ones cut to 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -62,26 +59,7 @@ def get_host(root: str) -> Host:
     return Host(root)
 
 
-@dataclass
-class Snapshot:
-    """Everything one observe + classify + plan pass produces, for rendering."""
-
-    host: Host
-    policy: Policy
-    topology: Topology
-    tasks: list[Task]
-    classifier: Classifier
-    classified: list[Classified]
-
-    def plan(self) -> Plan:
-        exclude = frozenset({os.getpid()}) if self.host.live else frozenset()
-        return plan(self.topology, self.classified, self.policy, exclude_pids=exclude)
-
-
-def snapshot(policy_path: str | None, root: str, *, with_tasks: bool = True) -> Snapshot:
+def snapshot(policy_path: str | None, root: str) -> Snapshot:
+    """Load the policy and the host (exiting 2 on bad input), then take one snapshot."""
     policy = get_policy(policy_path)
-    host = get_host(root)
-    topo = read_topology(host)
-    tasks = scan(host, read_fds=policy.needs_fds) if with_tasks else []
-    classifier = Classifier(policy)
-    return Snapshot(host, policy, topo, tasks, classifier, classifier.classify_all(tasks))
+    return take(get_host(root), policy)

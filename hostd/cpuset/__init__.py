@@ -88,7 +88,7 @@ def parse_mask(text: str) -> frozenset[int]:
 def format_mask(cpus: Iterable[int], nr_cpus: int | None = None) -> str:
     """The kernel's mask form, in 32-bit words, at least as wide as ``nr_cpus``."""
     cpus = set(cpus)
-    width = max(nr_cpus or 1, *(c + 1 for c in cpus))
+    width = max([nr_cpus or 1, *(c + 1 for c in cpus)])
     value = sum(1 << c for c in cpus)
     nwords = max(1, (width + 31) // 32)
     words = [f"{(value >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(nwords))]

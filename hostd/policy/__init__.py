@@ -71,11 +71,14 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 class PolicyError(ValueError):
     """A policy that cannot be used. ``str()`` is the one line shown to the user."""
 
-    def __init__(self, source: str, key: str, value: object, expected: str) -> None:
+    def __init__(
+        self, source: str, key: str, value: object, expected: str, problem: str = ""
+    ) -> None:
         self.source, self.key, self.value, self.expected = source, key, value, expected
         where = f"{source}: {key}" if key else source
         shown = "" if value is _NOTHING else f": {_show(value)}"
-        super().__init__(f"{where}{shown}: expected {expected}")
+        problem = f": {problem};" if problem else ":"
+        super().__init__(f"{where}{shown}{problem} expected {expected}")
 
 
 class _Nothing:
@@ -211,10 +214,12 @@ class _Checker:
             raise self.fail(key, value, f"a table with keys {', '.join(allowed)}")
         for name in value:
             if name not in allowed:
-                raise self.fail(
+                raise PolicyError(
+                    self.source,
                     f"{key}.{name}" if key else name,
                     _NOTHING,
-                    f"no such key (unknown keys are errors; known here: {', '.join(allowed)})",
+                    f"one of {', '.join(allowed)}",
+                    problem="unknown key (a typo?)",
                 )
         return value
 
@@ -304,7 +309,13 @@ class _Checker:
             if not isinstance(arg, bool):
                 raise self.fail(sub, arg, "true or false")
             return Predicate(name, arg)
-        raise self.fail(sub, _NOTHING, "a known predicate: " + ", ".join((*PREDICATES, "not")))
+        raise PolicyError(
+            self.source,
+            sub,
+            _NOTHING,
+            "one of " + ", ".join((*PREDICATES, "not")),
+            problem="unknown predicate",
+        )
 
     def match(self, value: object, key: str) -> tuple[tuple[Predicate, ...], ...]:
         expected = "a list of AND-groups, each a list of predicate tables ([[]] matches all)"

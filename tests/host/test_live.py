@@ -1,0 +1,136 @@
+"""Live tests: the readers against this machine's real /proc and /sys (read-only)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hostd.classify import Classifier
+from hostd.cpuset import parse_cpulist
+from hostd.host import Host
+from hostd.plan import plan
+from hostd.policy import load_default
+from hostd.tasks import scan
+from hostd.topology import read_topology
+from tests.workload import TrainingJob
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc")
+
+
+def _named_thread(name: str):
+    """Start a thread, rename it through /proc (as prctl would), return (tid, stop event)."""
+    ready, stop = threading.Event(), threading.Event()
+    box = {}
+
+    def run():
+        box["tid"] = threading.get_native_id()
+        with open(f"/proc/self/task/{box['tid']}/comm", "w") as fh:
+            fh.write(name)
+        ready.set()
+        stop.wait()
+
+    threading.Thread(target=run, daemon=True).start()
+    ready.wait()
+    return box["tid"], stop
+
+
+def test_topology_matches_the_kernel():
+    topo = read_topology(Host())
+    with open("/sys/devices/system/cpu/online") as fh:
+        online = parse_cpulist(fh.read())
+    assert topo.online == online
+    assert frozenset().union(*(n.cpus for n in topo.nodes.values())) == online
+    for cpu in topo.cpus.values():
+        assert cpu.id in cpu.siblings and cpu.siblings <= online
+    mounts = Path("/proc/self/mountinfo").read_text()
+    if " - cgroup cgroup " in mounts and ",cpuset" in mounts:
+        assert topo.cgroup.cpuset == "v1"
+    assert topo.cgroup.mode in ("v1", "v2", "hybrid")
+    lines = Path("/proc/interrupts").read_text().splitlines()[1:]
+    numbered = [ln for ln in lines if ln.split(":")[0].strip().isdigit()]
+    assert len(topo.irqs) == len(numbered)
+
+
+def test_scan_sees_this_process_and_its_named_threads():
+    odd = "a) (b c"  # spaces and parentheses, as a hostile program may name a thread
+    tid1, stop1 = _named_thread("pt_nccl_watchdg")
+    tid2, stop2 = _named_thread(odd)
+    try:
+        tasks = {t.tid: t for t in scan(Host(), pids=[os.getpid()])}
+    finally:
+        stop1.set()
+        stop2.set()
+    me = tasks[os.getpid()]
+    assert me.is_leader and not me.is_kthread
+    assert me.uid == os.geteuid()
+    assert me.affinity == frozenset(os.sched_getaffinity(0))
+    assert me.process.exe == os.path.realpath(sys.executable)
+    assert tasks[tid1].comm == "pt_nccl_watchdg" and not tasks[tid1].is_leader
+    assert tasks[tid2].comm == odd
+    assert tasks[tid1].process.comm == me.comm
+    with open(f"/proc/{os.getppid()}/comm") as fh:
+        assert me.process.parent_comm == fh.read().strip()
+    assert tasks[tid1].start_time >= me.start_time
+
+
+def test_kernel_threads_are_flagged():
+    tasks = scan(Host(), pids=[2])  # kthreadd
+    if not tasks:
+        pytest.skip("no kthreadd visible (a pid namespace?)")
+    assert all(t.is_kthread for t in tasks)
+    assert tasks[0].process.cmdline == ""
+
+
+def test_scan_survives_tasks_vanishing_mid_read():
+    stop = time.monotonic() + 2.0
+    churn = subprocess.Popen(
+        [sys.executable, "-c",
+         "import threading,time\n"
+         "end=time.monotonic()+2.5\n"
+         "while time.monotonic()<end:\n"
+         "    ts=[threading.Thread(target=time.sleep,args=(0.001,)) for _ in range(20)]\n"
+         "    [t.start() for t in ts]; [t.join() for t in ts]\n"],
+    )  # fmt: skip
+    passes = 0
+    try:
+        while time.monotonic() < stop:
+            for t in scan(Host()):
+                assert t.tid > 0 and t.comm is not None and t.affinity
+            passes += 1
+    finally:
+        churn.kill()
+        churn.wait()
+    assert passes > 0
+
+
+def test_default_policy_classifies_a_real_torchrun_shaped_job():
+    with TrainingJob(ranks=2, workers=1) as job:
+        host = Host()
+        tasks = scan(host, pids=job.pids)
+        policy = load_default()
+        classified = Classifier(policy).classify_all(tasks)
+        layer = {(c.task.pid, c.task.comm): c.layer for c in classified}
+        assert layer[(job.launcher, "pt_elastic")] == "helpers"
+        assert layer[(job.launcher, "pt_tcpstore_uv")] == "helpers"
+        for rank in job.ranks:
+            if os.geteuid() == 0:  # the RT layers are gated on uid 0 for CPU-only jobs
+                assert layer[(rank, "gloo_tcp_loop")] == "comms"
+                assert layer[(rank, "pt_nccl_watchdg")] == "comms"
+                assert layer[(rank, "python3")] == "trainer"
+        for worker in job.workers:
+            expected = "data" if os.geteuid() == 0 else "rest"
+            assert layer[(worker, "pt_data_worker")] == expected
+        p = plan(read_topology(host), classified, policy)
+        if os.geteuid() == 0:
+            trainer = p.layer("trainer")
+            assert trainer.threads >= 2 * 2
+            assert p.pool
+            assert all(
+                tp.policy == "fifo" and tp.priority == 10 for tp in p.tasks if tp.layer == "trainer"
+            )

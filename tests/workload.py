@@ -1,0 +1,148 @@
+"""A realistic, idle stand-in for a torchrun training job, for tests on the live kernel.
+
+``TrainingJob()`` starts the process tree a PyTorch job has (names from FACTS.md): a launcher
+renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children that keep the name
+``python3`` with threads ``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and
+OpenMP-like ``python3`` threads; and ``pt_data_worker`` processes under each rank. Everything
+sleeps; leaving the context kills the whole tree and reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+_CHILD = textwrap.dedent(
+    r"""
+    import json, os, sys, threading, time
+
+    def rename(name, tid=None):
+        path = f"/proc/self/task/{tid or threading.get_native_id()}/comm"
+        with open(path, "w") as fh:
+            fh.write(name)
+
+    def spawn_threads(names):
+        ready = []
+        for name in names:
+            ev = threading.Event()
+            def run(name=name, ev=ev):
+                rename(name)
+                ready.append(threading.get_native_id())
+                ev.set()
+                while True:
+                    time.sleep(3600)
+            threading.Thread(target=run, daemon=True).start()
+            ev.wait()
+        return ready
+
+    role, ranks, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    out = os.fdopen(int(sys.argv[4]), "w") if len(sys.argv) > 4 else None
+    if role == "launcher":
+        rename("pt_elastic")
+        spawn_threads(["pt_tcpstore_uv"])
+        tree = {"launcher": os.getpid(), "ranks": [], "workers": []}
+        procs = []
+        for _ in range(ranks):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(r)
+                os.set_inheritable(w, True)
+                os.execv(sys.executable, [sys.executable, "-c", CODE, "rank", "0",
+                                          str(workers), str(w)])
+            os.close(w)
+            with os.fdopen(r) as fh:
+                info = json.loads(fh.readline())
+            tree["ranks"].append(info["rank"])
+            tree["workers"] += info["workers"]
+            procs.append(pid)
+        out.write(json.dumps(tree) + "\n")
+        out.flush()
+        while True:
+            time.sleep(3600)
+    else:  # rank
+        spawn_threads(["gloo_tcp_loop", "pt_gloo_runloop", "pt_nccl_watchdg", "python3"])
+        worker_pids = []
+        for _ in range(workers):
+            pid = os.fork()
+            if pid == 0:
+                rename("pt_data_worker")
+                spawn_threads(["pt_data_worker"])
+                while True:
+                    time.sleep(3600)
+            worker_pids.append(pid)
+        # Wait until the workers have renamed themselves.
+        for pid in worker_pids:
+            for _ in range(500):
+                with open(f"/proc/{pid}/comm") as fh:
+                    if fh.read().strip() == "pt_data_worker":
+                        break
+                time.sleep(0.01)
+        out.write(json.dumps({"rank": os.getpid(), "workers": worker_pids}) + "\n")
+        out.flush()
+        while True:
+            time.sleep(3600)
+    """
+)
+
+
+class TrainingJob:
+    """Context manager: ``with TrainingJob(ranks=2, workers=1) as job: job.ranks ...``."""
+
+    def __init__(self, ranks: int = 2, workers: int = 1) -> None:
+        self.n_ranks, self.n_workers = ranks, workers
+        self.launcher = 0
+        self.ranks: list[int] = []
+        self.workers: list[int] = []
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> TrainingJob:
+        r, w = os.pipe()
+        code = "CODE = " + repr(_CHILD) + "\n" + _CHILD
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "launcher",
+                str(self.n_ranks),
+                str(self.n_workers),
+                str(w),
+            ],
+            pass_fds=(w,),
+            start_new_session=True,
+        )
+        os.close(w)
+        with os.fdopen(r) as fh:
+            line = fh.readline()
+        if not line:
+            self.__exit__(None, None, None)
+            raise RuntimeError("the training job stand-in failed to start")
+        tree = json.loads(line)
+        self.launcher, self.ranks, self.workers = tree["launcher"], tree["ranks"], tree["workers"]
+        return self
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.launcher, *self.ranks, *self.workers]
+
+    def tids(self, pid: int) -> list[int]:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()
+        # Ranks and workers are in the same session and process group: wait until they are gone.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in self.pids):
+            time.sleep(0.01)
+        self._proc = None
