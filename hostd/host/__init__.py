@@ -12,13 +12,19 @@ snapshots), the CLI (``Host()`` for the live machine, ``Host(path)`` for ``--roo
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+from types import ModuleType
 
-from hostd.host.errors import Gone, NotPermitted, from_oserror
+from hostd.host import syscalls
+from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
 from hostd.host.nvml import NvmlInfo, read_nvml
+from hostd.host.parsers import parse_stat
 
-__all__ = ["Gone", "Host", "NotPermitted", "NvmlInfo"]
+__all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
+
+ThreadCalls = ModuleType  # hostd.host.syscalls: get/set affinity, sched, nice, move_pages
 
 _PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _READ_CHUNK = 1 << 16
@@ -100,6 +106,63 @@ class Host:
 
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self._prefix + rel)
+
+    # -- writes ------------------------------------------------------------------------------
+    def write(self, rel: str, text: str) -> None:
+        """Write one value to a kernel file, unbuffered, so the kernel's refusal surfaces here.
+
+        (A buffered ``open().write()`` can report the kernel's error only at close, or lose it.)
+        Raises Gone, NotPermitted, Unchangeable or HostError.
+        """
+        path = self._prefix + rel
+        data = text.encode()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise from_oserror(exc, path) from None
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise HostError(errno.EIO, path, f"short write ({written} of {len(data)} bytes)")
+        except OSError as exc:
+            if isinstance(exc, HostError):
+                raise
+            raise from_oserror(exc, path) from None
+        finally:
+            os.close(fd)
+
+    def mkdir(self, rel: str) -> bool:
+        """Create a directory (a cgroup); False if it already existed."""
+        try:
+            os.mkdir(self._prefix + rel)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise from_oserror(exc, self._prefix + rel) from None
+
+    def rmdir(self, rel: str) -> None:
+        try:
+            os.rmdir(self._prefix + rel)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise from_oserror(exc, self._prefix + rel) from None
+
+    # -- threads -----------------------------------------------------------------------------
+    def start_time(self, tid: int) -> int | None:
+        """A thread's start time (clock ticks after boot), or None when it is gone."""
+        try:
+            text = self.read(f"proc/{tid}/stat")
+        except OSError:
+            return None
+        return None if text is None else parse_stat(text).start_time
+
+    def threads(self) -> ThreadCalls:
+        """The per-thread system calls; only a live host has threads to call them on."""
+        if not self.live:
+            raise HostError(errno.EOPNOTSUPP, self.root, "a fixture tree has no live threads")
+        return syscalls
 
     # -- small derived lookups ---------------------------------------------------------------
     def pci_address_of(self, rel: str) -> str | None:

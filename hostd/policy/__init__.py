@@ -15,6 +15,7 @@ classifier (``hostd.classify``), which compiles the predicates kept here.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -55,6 +56,9 @@ PREDICATES = (
 # Predicates any unprivileged user controls for their own threads: comm via prctl(PR_SET_NAME),
 # the cmdline via argv, the leader and parent comm likewise.
 USER_CONTROLLED = {
+    "exe",  # anyone can run /usr/bin/python3
+    "cgroup_suffix",  # users name cgroups in their delegated subtrees
+    "cgroup_contains",
     "comm_prefix",
     "comm_regex",
     "pcomm_prefix",
@@ -65,7 +69,8 @@ USER_CONTROLLED = {
     "nice_below",
 }
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class PolicyError(ValueError):
@@ -199,6 +204,26 @@ class Policy:
 
 
 # -- validation --------------------------------------------------------------------------------
+def _is_gate(pred: Predicate) -> bool:
+    """Whether a predicate holds back an unprivileged user who renames a thread.
+
+    uid/gid, an anchored cgroup path, and the GPU signals when they must be true. (The GPU
+    device files are often open to every local user: on a GPU host, GPU users are trusted.)
+    """
+    if pred.negate or pred.name in USER_CONTROLLED:
+        return False
+    if pred.name in BOOL_PREDICATES:
+        return pred.value is True
+    if pred.name == "cgroup_regex":
+        return str(pred.value).startswith("^/")
+    return True
+
+
+def _key_name(name: str) -> str:
+    """A key as TOML would write it: bare when it can be, else quoted (keeps errors one line)."""
+    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+
+
 class _Checker:
     """Walks the parsed TOML and raises PolicyError at the first problem, with its key path."""
 
@@ -216,7 +241,7 @@ class _Checker:
             if name not in allowed:
                 raise PolicyError(
                     self.source,
-                    f"{key}.{name}" if key else name,
+                    f"{key}.{_key_name(name)}" if key else _key_name(name),
                     _NOTHING,
                     f"one of {', '.join(allowed)}",
                     problem="unknown key (a typo?)",
@@ -263,7 +288,7 @@ class _Checker:
                 key, value, 'a table with exactly one predicate, e.g. { comm_prefix = "pt_" }'
             )
         ((name, arg),) = value.items()
-        sub = f"{key}.{name}"
+        sub = f"{key}.{_key_name(name)}"
         if name == "not":
             inner = self.predicate(arg, sub)
             if inner.negate:
@@ -282,6 +307,12 @@ class _Checker:
                     if len(s) > 15:
                         raise self.fail(
                             sub, s, "at most 15 characters (the kernel truncates comm to 15)"
+                        )
+            if name in ("exe", "cgroup_prefix"):
+                for s in items:
+                    if not s.startswith("/"):
+                        raise self.fail(
+                            sub, s, "an absolute path starting with '/' (the kernel shows no other)"
                         )
             return Predicate(name, tuple(items))
         if name in REGEX_PREDICATES:
@@ -344,9 +375,11 @@ class _Checker:
             )
         nice = None
         if "nice" in data:
-            if policy in RT_POLICIES:
+            if policy in (*RT_POLICIES, "idle"):
                 raise self.fail(
-                    f"{key}.nice", data["nice"], "no nice with an RT policy (it has no effect)"
+                    f"{key}.nice",
+                    data["nice"],
+                    f"no nice with policy {policy!r} (it has no effect)",
                 )
             nice = self.integer(data["nice"], f"{key}.nice", -20, 19)
         reset = True
@@ -377,7 +410,7 @@ class _Checker:
             if required not in data:
                 raise self.fail(f"{key}.{required}", _NOTHING, "this key (it is required)")
         name = data["name"]
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise self.fail(
                 f"{key}.name", name, "a name of 1-32 lowercase letters, digits, '-' or '_'"
             )
@@ -423,7 +456,7 @@ class _Checker:
         )  # fmt: skip
         if sched.realtime:
             for i, group in enumerate(match):
-                if all(p.name in USER_CONTROLLED or p.negate for p in group):
+                if not any(_is_gate(p) for p in group):
                     self.warnings.append(
                         f"{self.source}: {key}.match[{i}]: layer {name!r} is real-time "
                         f"({sched.policy}) but this group tests only what any user controls "
@@ -436,7 +469,7 @@ class _Checker:
         self.table(data, "", ("version", "name", "description", "agent", "layer"))
         if "version" not in data:
             raise self.fail("version", _NOTHING, "version = 1")
-        if data["version"] != 1 or isinstance(data["version"], bool):
+        if type(data["version"]) is not int or data["version"] != 1:
             raise self.fail("version", data["version"], "1 (the only policy version)")
         agent = self.table(data.get("agent", {}), "agent", ("mode",))
         mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
@@ -467,12 +500,11 @@ class _Checker:
                 _NOTHING,
                 f"the last layer ({last.name!r}) to be a catch-all: match = [[]]",
             )
-        if last.kind == "confined" and last.cpus_max.count is not None:
-            pass  # allowed: the planner still keeps one CPU for it
         name = data.get("name", Path(self.source).stem if self.source else "policy")
         description = data.get("description", "")
         self.string(name, "name")
-        self.string(description, "description", empty_ok=True)
+        if not isinstance(description, str):
+            raise self.fail("description", description, "a string")
         return Policy(
             source=self.source,
             sha256=hashlib.sha256(raw).hexdigest(),

@@ -1,0 +1,215 @@
+"""The corpus of malformed policies in tests/fixtures/policies/bad/.
+
+Every file there must be refused by ``load_policy`` with a one-line ``PolicyError`` that starts
+with the file's path and names the key path and the problem listed for it in ``expected.toml``;
+``hostd policy check FILE`` must turn the same error into exit status 2 and that one line on
+stderr, never a traceback. Entries of ``expected.toml`` with an ``xfail`` reason are known hostd
+bugs: their tests are strict xfails, so they flip to failures once the bug is fixed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostd.policy import PolicyError, load_policy
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+BAD = REPO / "tests" / "fixtures" / "policies" / "bad"
+GOOD = REPO / "tests" / "fixtures" / "policies" / "good"
+EXPECTED: dict[str, dict[str, str]] = tomllib.loads((BAD / "expected.toml").read_text())
+CORPUS = sorted(p.name for p in BAD.glob("*.toml") if p.name != "expected.toml")
+HOSTD = shutil.which("hostd")
+needs_cli = pytest.mark.skipif(
+    HOSTD is None, reason="the hostd console script is not installed (pip install -e .)"
+)
+
+
+def _params() -> list:
+    out = []
+    for name in CORPUS:
+        entry = EXPECTED.get(name, {})
+        marks = [pytest.mark.xfail(strict=True, reason=entry["xfail"])] if "xfail" in entry else []
+        out.append(pytest.param(name, marks=marks, id=name.removesuffix(".toml")))
+    return out
+
+
+def _error(path: Path) -> str:
+    """The one-line message ``load_policy`` refuses ``path`` with."""
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    return str(info.value)
+
+
+def _check_message(message: str, path: Path, entry: dict[str, str]) -> None:
+    assert "\n" not in message and "\r" not in message, f"not one line: {message!r}"
+    assert message.startswith(f"{path}: "), message
+    rest = message[len(f"{path}: ") :]
+    if entry["key"]:
+        # "<key>: <value>: expected ..." or "<key>: expected ..."; the key may come quoted.
+        named = rest.partition(": ")[0]
+        assert named.strip("'\"") == entry["key"], message
+    assert entry["fragment"] in message, message
+
+
+# -- the corpus itself ------------------------------------------------------------------------
+def test_corpus_is_large_enough() -> None:
+    assert len(CORPUS) >= 30
+
+
+def test_every_file_is_listed_in_expected() -> None:
+    assert sorted(set(CORPUS) - set(EXPECTED)) == []
+
+
+def test_every_expected_entry_has_a_file() -> None:
+    assert sorted(set(EXPECTED) - set(CORPUS)) == []
+
+
+def test_expected_entries_are_well_formed() -> None:
+    for name, entry in EXPECTED.items():
+        assert set(entry) <= {"key", "fragment", "xfail"}, name
+        assert isinstance(entry["key"], str), name
+        assert isinstance(entry["fragment"], str) and entry["fragment"], name
+
+
+# -- the library --------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", _params())
+def test_load_policy_refuses_with_one_line(name: str) -> None:
+    path = BAD / name
+    _check_message(_error(path), path, EXPECTED[name])
+
+
+@pytest.mark.parametrize("name", _params())
+def test_error_fields_match_the_message(name: str) -> None:
+    path = BAD / name
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    exc = info.value
+    assert exc.source == str(path)
+    assert exc.key.strip("'\"") == EXPECTED[name]["key"]
+    assert isinstance(exc, ValueError)
+
+
+def test_missing_file_is_a_policy_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.toml"
+    message = _error(path)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    assert "a readable file (No such file or directory)" in message
+
+
+def test_folder_is_a_policy_error(tmp_path: Path) -> None:
+    message = _error(tmp_path)
+    assert message == f"{tmp_path}: expected a policy file, not a folder"
+
+
+def test_long_values_are_shortened(tmp_path: Path) -> None:
+    path = tmp_path / "long.toml"
+    path.write_text(
+        f'version = 1\n[[layer]]\nname = "rest"\ncomment = "c"\nmatch = [[]]\n'
+        f'kind = "{"x" * 200}"\n'
+    )
+    message = _error(path)
+    assert "x" * 60 not in message and "..." in message
+    assert message.startswith(f"{path}: layer[0].kind: ")
+
+
+# -- the command line ---------------------------------------------------------------------------
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HOSTD is not None
+    return subprocess.run(
+        [HOSTD, "policy", "check", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def batch() -> subprocess.CompletedProcess[str]:
+    """One ``hostd policy check`` over the whole corpus (one interpreter start, not 100)."""
+    return _run(*(str(BAD / name) for name in CORPUS))
+
+
+@needs_cli
+def test_cli_batch_exits_2_without_traceback(batch: subprocess.CompletedProcess[str]) -> None:
+    assert batch.returncode == 2, batch.stderr[-2000:]
+    assert "Traceback" not in batch.stderr + batch.stdout
+
+
+@needs_cli
+@pytest.mark.parametrize("name", _params())
+def test_cli_prints_the_one_line(name: str, batch: subprocess.CompletedProcess[str]) -> None:
+    path = BAD / name
+    message = _error(path)
+    lines = [line for line in batch.stderr.splitlines() if f"{path}: " in line]
+    assert len(lines) == 1, lines
+    assert lines[0].endswith(message), lines[0]
+
+
+# One file per family of checks, each in its own process: exit status and stderr of exactly
+# one bad file (the batch above proves every file gives its line; these prove "FILE -> 2").
+SINGLE = [
+    "toml-syntax.toml",
+    "not-utf8.toml",
+    "unknown-top-key.toml",
+    "empty-layer-list.toml",
+    "missing-comment.toml",
+    "percent-over-100.toml",
+    "priority-without-rt.toml",
+    "regex-invalid.toml",
+    "not-not.toml",
+    "catch-all-not-last.toml",
+]
+
+
+@needs_cli
+@pytest.mark.parametrize("name", SINGLE)
+def test_cli_single_file_exits_2(name: str) -> None:
+    path = BAD / name
+    result = _run(str(path))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].endswith(_error(path))
+
+
+@needs_cli
+def test_cli_missing_file_exits_2(tmp_path: Path) -> None:
+    result = _run(str(tmp_path / "absent.toml"))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@needs_cli
+def test_cli_good_files_exit_0() -> None:
+    files = [str(p) for p in sorted(GOOD.glob("*.toml"))]
+    files.append(str(REPO / "policies" / "training.toml"))
+    result = _run(*files)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    for f in files:
+        assert f"{f}: ok" in result.stdout
+
+
+@needs_cli
+def test_cli_one_bad_among_good_exits_2() -> None:
+    good = str(REPO / "policies" / "training.toml")
+    bad = BAD / "min-above-max.toml"
+    result = _run(good, str(bad))
+    assert result.returncode == 2
+    assert f"{good}: ok" in result.stdout
+    assert result.stderr.strip().endswith(_error(bad))
