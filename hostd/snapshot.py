@@ -14,7 +14,7 @@ from hostd.classify import Classified, Classifier
 from hostd.host import Host
 from hostd.plan import Plan, plan
 from hostd.policy import Policy
-from hostd.tasks import Task, scan
+from hostd.tasks import Task, descendants, scan
 from hostd.topology import Topology, read_topology
 
 
@@ -33,8 +33,10 @@ class Snapshot:
         return plan(self.topology, self.classified, self.policy, exclude_pids=exclude)
 
 
-def take(host: Host, policy: Policy) -> Snapshot:
+def take(host: Host, policy: Policy, scope: list[int] | None = None) -> Snapshot:
+    """``scope``: only these processes and their descendants (None: every thread)."""
     topo = read_topology(host)
-    tasks = scan(host, read_fds=policy.needs_fds)
+    pids = descendants(host, scope) if scope is not None else None
+    tasks = scan(host, read_fds=policy.needs_fds, pids=pids)
     classifier = Classifier(policy)
     return Snapshot(host, policy, topo, tasks, classifier, classifier.classify_all(tasks))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from hostd import __version__
+from hostd.cli import agent as agent_cmd
 from hostd.cli import classify as classify_cmd
 from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
@@ -42,6 +43,12 @@ app.command("classify")(classify_cmd.classify)
 app.command("explain")(classify_cmd.explain)
 app.command("plan")(plan_cmd.plan)
 app.add_typer(policy_cmd.app, name="policy")
+app.command("run")(agent_cmd.run)
+app.command("restore")(agent_cmd.restore)
+app.command("status")(agent_cmd.status)
+app.command("enable")(agent_cmd.enable)
+app.command("disable")(agent_cmd.disable)
+app.command("doctor")(agent_cmd.doctor)
 
 
 def main() -> None:

@@ -21,6 +21,11 @@
   AND-group says ``is_kthread = true``; ``exclude_pids`` (hostd itself) never.
 * **Threads with nothing to decide** (no affinity change, no sched, no node) are counted in
   their layer but not listed, so a plan stays small on hosts with 100k threads.
+* **Mechanism.** Thread affinity everywhere; on a cgroup-v1 cpuset hierarchy, also a hostd-owned
+  cpuset ``/hostd/<layer>`` per layer with CPUs of its own, for threads still in the root cpuset
+  (see ``hostd.cpuset.cgroup``; on v2 a move would change every controller of the process).
+* **Real-time.** Capped per layer at 16 threads per usable CPU (``sched.max_rt_threads``);
+  threads over the cap, and every RT thread where RT is not allowed, get nice -20 instead.
 * **IRQs.** Off the CPUs of ``irqs = "avoid"`` layers; a NIC's IRQs on its own node's CPUs. The
   current affinity is kept where it overlaps the target (drivers spread queues on purpose).
 * **cpufreq.** Governor, frequency floor and EPP on the CPUs of layers that ask, where the CPU
@@ -68,6 +73,17 @@ class TaskPlan:
     nice: int | None
     reset_on_fork: bool
     node: int | None  # the NUMA node its process is placed on
+    cpuset: str | None = None  # the v1 cpuset cgroup it goes in ("/hostd/<layer>")
+
+
+@dataclass(frozen=True, slots=True)
+class CpusetPlan:
+    """A hostd-owned v1 cpuset cgroup ``/hostd/<layer>``: the CPUs its threads may use."""
+
+    layer: str
+    path: str
+    cpus: frozenset[int]
+    mems: frozenset[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,7 @@ class Plan:
     irqs: tuple[IrqPlan, ...]
     cpufreq: tuple[CpuFreqPlan, ...]
     numa: tuple[NumaPlan, ...]
+    cpusets: tuple[CpusetPlan, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     def layer(self, name: str) -> LayerPlan:
@@ -147,8 +164,18 @@ class Plan:
                     "nice": tp.nice,
                     "reset_on_fork": tp.reset_on_fork,
                     "node": tp.node,
+                    "cpuset": tp.cpuset,
                 }
                 for tp in self.tasks
+            ],
+            "cpusets": [
+                {
+                    "layer": cs.layer,
+                    "path": cs.path,
+                    "cpus": format_cpulist(cs.cpus),
+                    "mems": format_cpulist(cs.mems),
+                }
+                for cs in self.cpusets
             ],
             "irqs": [
                 {
@@ -282,11 +309,14 @@ def plan(
     stats: Mapping[str, float] | None = None,
     base_affinity: Mapping[tuple[int, int], frozenset[int]] | None = None,
     exclude_pids: frozenset[int] = frozenset(),
+    allow_rt: bool = True,
 ) -> Plan:
     """Decide the desired state. Pure and deterministic: same inputs, same Plan.
 
     ``stats``: CPUs in use per layer name (optional). ``base_affinity``: each thread's affinity
     before hostd changed it, by (tid, start_time); defaults to the affinity seen now.
+    ``allow_rt`` False (RT throttling is off, or RT is refused here) turns real-time layers into
+    SCHED_OTHER at nice -20, with a note.
     """
     online = topo.online
     total = len(online)
@@ -379,6 +409,30 @@ def plan(
                 layer.name, "open", frozenset(), pool_mems, members[layer.name], 0
             )
 
+    # cpusets: hostd-owned v1 cgroups for layers with CPUs of their own (see hostd.cpuset.cgroup
+    # for why not on v2). A layer's cgroup holds what its threads may use.
+    cpuset_of: dict[str, CpusetPlan] = {}
+    if topo.cgroup.cpuset == "v1":
+        for layer in policy.layers:
+            own = layer_cpus.get(layer.name, frozenset())
+            if layer.kind == "open" or not own:
+                continue
+            cpus = own if layer.kind == "confined" else own | pool
+            cpuset_of[layer.name] = CpusetPlan(
+                layer.name,
+                f"/hostd/{layer.name}",
+                cpus,
+                frozenset(topo.cpus[c].node for c in cpus),
+            )
+
+    # Real-time: allowed at all, and capped per layer (a runaway process with thousands of
+    # threads must not turn them all real-time). The cap is 16 threads per CPU the layer may use,
+    # unless the layer sets sched.max_rt_threads.
+    rt_seen: Counter[str] = Counter()
+    rt_capped: Counter[str] = Counter()
+    if not allow_rt and any(ly.sched.realtime for ly in policy.layers):
+        notes.append("real-time scheduling is not allowed here: RT layers get nice -20 instead")
+
     # Per-thread decisions.
     node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
     task_plans: list[TaskPlan] = []
@@ -402,7 +456,21 @@ def plan(
         base = (base_affinity or {}).get(task.key, task.affinity)
         desired = (allowed & base) or allowed
         affinity = None if desired == base else desired
-        if affinity is None and node is None and not (layer.sched.policy or layer.sched.nice):
+        cs = cpuset_of.get(layer.name)
+        cpuset = None
+        if cs is not None and task.process.cpuset in ("/", cs.path):
+            cpuset = cs.path  # only threads in the root cpuset: never steal from docker/k8s
+        sched_policy, priority, nice = layer.sched.policy, layer.sched.priority, layer.sched.nice
+        reset = layer.sched.reset_on_fork if layer.sched.realtime else False
+        if layer.sched.realtime:
+            cap = layer.sched.max_rt_threads or 16 * len(allowed)
+            if not allow_rt or rt_seen[layer.name] >= cap:
+                if allow_rt:
+                    rt_capped[layer.name] += 1
+                sched_policy, priority, nice, reset = "other", None, -20, False
+            else:
+                rt_seen[layer.name] += 1
+        if affinity is None and node is None and cpuset is None and not (sched_policy or nice):
             continue  # nothing to decide for this thread: keep plans small at 100k threads
         task_plans.append(
             TaskPlan(
@@ -412,13 +480,16 @@ def plan(
                 comm=task.comm,
                 layer=layer.name,
                 affinity=affinity,
-                policy=layer.sched.policy,
-                priority=layer.sched.priority,
-                nice=layer.sched.nice,
-                reset_on_fork=layer.sched.reset_on_fork if layer.sched.realtime else False,
+                policy=sched_policy,
+                priority=priority,
+                nice=nice,
+                reset_on_fork=reset,
                 node=node,
+                cpuset=cpuset,
             )
         )
+    for name, count in sorted(rt_capped.items()):
+        notes.append(f"layer {name!r}: {count} threads over its real-time cap get nice -20")
     task_plans.sort(key=lambda tp: (tp.tid, tp.start_time))
 
     # IRQs.
@@ -484,6 +555,7 @@ def plan(
         irqs=tuple(sorted(irq_plans, key=lambda ip: ip.irq)),
         cpufreq=tuple(freq_plans),
         numa=tuple(numa_plans[pid] for pid in sorted(numa_plans)),
+        cpusets=tuple(cpuset_of[name] for name in sorted(cpuset_of)),
         notes=tuple(notes),
     )
 

@@ -85,6 +85,11 @@ class PolicyError(ValueError):
         problem = f": {problem};" if problem else ":"
         super().__init__(f"{where}{shown}{problem} expected {expected}")
 
+    @classmethod
+    def about_file(cls, source: str, expected: str) -> PolicyError:
+        """An error about the file as a whole (unreadable, untrusted), not one of its keys."""
+        return cls(source, "", _NOTHING, expected)
+
 
 class _Nothing:
     def __repr__(self) -> str:
@@ -145,6 +150,7 @@ class Sched:
     priority: int | None = None  # 1..99 for fifo/rr
     nice: int | None = None
     reset_on_fork: bool = True  # RT only: children start as SCHED_OTHER
+    max_rt_threads: int | None = None  # RT only: the per-layer cap (default: 16 per CPU)
 
     @property
     def realtime(self) -> bool:
@@ -186,6 +192,8 @@ class Policy:
     mode: str
     layers: tuple[Layer, ...]
     warnings: tuple[str, ...] = ()
+    restore_on_exit: bool = True  # [agent] restore_on_exit: a clean stop puts everything back
+    interval: float = 5.0  # [agent] interval: seconds between full passes
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -360,7 +368,9 @@ class _Checker:
         return tuple(groups)
 
     def sched(self, value: object, key: str) -> Sched:
-        data = self.table(value, key, ("policy", "priority", "nice", "reset_on_fork"))
+        data = self.table(
+            value, key, ("policy", "priority", "nice", "reset_on_fork", "max_rt_threads")
+        )
         policy = None
         if "policy" in data:
             policy = self.choice(data["policy"], f"{key}.policy", SCHED_POLICIES)
@@ -387,7 +397,14 @@ class _Checker:
             reset = data["reset_on_fork"]
             if not isinstance(reset, bool):
                 raise self.fail(f"{key}.reset_on_fork", reset, "true or false")
-        return Sched(policy, priority, nice, reset)
+        cap = None
+        if "max_rt_threads" in data:
+            if policy not in RT_POLICIES:
+                raise self.fail(
+                    f"{key}.max_rt_threads", data["max_rt_threads"], 'only with "fifo" or "rr"'
+                )
+            cap = self.integer(data["max_rt_threads"], f"{key}.max_rt_threads", 1, 1_000_000)
+        return Sched(policy, priority, nice, reset, cap)
 
     def min_freq(self, value: object, key: str) -> str:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -471,8 +488,18 @@ class _Checker:
             raise self.fail("version", _NOTHING, "version = 1")
         if type(data["version"]) is not int or data["version"] != 1:
             raise self.fail("version", data["version"], "1 (the only policy version)")
-        agent = self.table(data.get("agent", {}), "agent", ("mode",))
+        agent = self.table(data.get("agent", {}), "agent", ("mode", "restore_on_exit", "interval"))
         mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
+        restore_on_exit = agent.get("restore_on_exit", True)
+        if not isinstance(restore_on_exit, bool):
+            raise self.fail("agent.restore_on_exit", restore_on_exit, "true or false")
+        interval = agent.get("interval", 5.0)
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, (int, float))
+            or not (0.1 <= interval <= 3600)
+        ):
+            raise self.fail("agent.interval", interval, "seconds between passes, 0.1 to 3600")
         layers_raw = data.get("layer")
         if not isinstance(layers_raw, list) or not layers_raw:
             raise self.fail(
@@ -513,6 +540,8 @@ class _Checker:
             description=description,
             mode=mode,
             layers=layers,
+            restore_on_exit=restore_on_exit,
+            interval=float(interval),
             warnings=tuple(self.warnings),
         )
 
@@ -542,6 +571,25 @@ def load_policy(path: str | Path) -> Policy:
     except OSError as exc:
         raise PolicyError(str(path), "", _NOTHING, f"a readable file ({exc.strerror})") from None
     return parse_policy(raw, str(path))
+
+
+def insecure_reason(path: str | Path) -> str | None:
+    """Why a policy file may not be trusted by a root agent, or None.
+
+    A file or folder that a non-root user can write lets that user choose which threads become
+    real-time: hostd refuses it unless told otherwise (``--allow-insecure-policy``).
+    """
+    path = Path(path).resolve()
+    for target in (path, path.parent):
+        try:
+            st = target.stat()
+        except OSError as exc:
+            return f"{target}: cannot stat ({exc.strerror})"
+        if st.st_uid != 0:
+            return f"{target} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & 0o022 and not (target.is_dir() and st.st_mode & 0o1000):
+            return f"{target} is writable by group or others (mode {st.st_mode & 0o777:o})"
+    return None
 
 
 def default_policy_bytes() -> bytes:

@@ -40,6 +40,7 @@ class Process:
     ppid: int
     parent_comm: str
     cgroup: str
+    cpuset: str  # its v1 cpuset cgroup path ("" without a v1 cpuset hierarchy)
     cmdline: str  # arguments joined by spaces; "" for kernel threads
     exe: str | None  # None for kernel threads or when not permitted to see it
     gpu_devices: tuple[str, ...]  # GPU-driver device files it holds open, e.g. "/dev/nvidia0"
@@ -122,9 +123,10 @@ def _read_process(
         return None
     stat = parse_stat(text)
     if stat.is_kthread:
-        cgroup, cmdline, exe, gpu = "/", "", None, ()
+        cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
     else:
-        cgroup = primary_cgroup(parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or ""))
+        cgroups = parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")
+        cgroup, cpuset = primary_cgroup(cgroups), cgroups.get("cpuset", "")
         raw = host.read_quiet(f"proc/{pid}/cmdline") or ""
         cmdline = raw.rstrip("\0").replace("\0", " ")
         exe = host.readlink(f"proc/{pid}/exe")
@@ -136,12 +138,34 @@ def _read_process(
         ppid=stat.ppid,
         parent_comm="",
         cgroup=cgroup,
+        cpuset=cpuset,
         cmdline=cmdline,
         exe=exe,
         gpu_devices=gpu,
         nvml=pid in nvml_pids,
         is_kthread=stat.is_kthread,
     )
+
+
+def descendants(host: Host, roots: list[int]) -> list[int]:
+    """``roots`` and every process below them (one stat read per process on the host)."""
+    children: dict[int, list[int]] = {}
+    for entry in host.listdir("proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = host.read(f"proc/{entry}/stat")
+        except OSError:
+            continue
+        if text is not None:
+            children.setdefault(parse_stat(text).ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [r for r in roots if host.exists(f"proc/{r}")]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return sorted(set(found))
 
 
 def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) -> list[Task]:

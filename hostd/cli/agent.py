@@ -1,0 +1,212 @@
+"""``hostd run``, ``restore``, ``status``, ``enable``, ``disable`` and ``doctor``.
+
+Thin wrappers over ``hostd.agent``, ``hostd.reconcile.restore`` and ``hostd.doctor``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from hostd.agent import (
+    DEFAULT_RUN_DIR,
+    DEFAULT_STATE_DIR,
+    Agent,
+    AgentError,
+    agent_pid,
+    read_status,
+    summarize,
+)
+from hostd.cli.common import (
+    EXIT_FAILURE,
+    JsonOpt,
+    PolicyOpt,
+    RootOpt,
+    fail,
+    get_host,
+    out,
+    print_json,
+)
+from hostd.doctor import probe
+from hostd.host import Host
+from hostd.journal import Journal, read_boot_id
+from hostd.policy import PolicyError
+from hostd.reconcile import restore as restore_journal
+
+StateOpt = typer.Option(
+    DEFAULT_STATE_DIR, "--state-dir", envvar="HOSTD_STATE_DIR", help="Where the journal lives."
+)
+RunOpt = typer.Option(
+    DEFAULT_RUN_DIR, "--run-dir", envvar="HOSTD_RUN_DIR", help="Pid, status and switch files."
+)
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
+
+
+def run(
+    policy: str = PolicyOpt,
+    mode: str = typer.Option(None, "--mode", help="enforce or observe (default: the policy's)."),
+    once: bool = typer.Option(False, "--once", help="One pass, then exit (changes are kept)."),
+    state_dir: str = StateOpt,
+    run_dir: str = RunOpt,
+    allow_insecure_policy: bool = typer.Option(
+        False, "--allow-insecure-policy", help="Accept a policy file non-root users can write."
+    ),
+    scope_pid: list[int] = typer.Option(
+        [], "--scope-pid", help="Only this process and its descendants (repeatable)."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run the agent: apply the policy and keep it applied; Ctrl-C (SIGTERM) restores."""
+    _logging(verbose)
+    if mode not in (None, "enforce", "observe"):
+        fail(f"--mode {mode!r}: expected enforce or observe")
+    try:
+        agent = Agent(
+            Host(),
+            policy,
+            state_dir=state_dir,
+            run_dir=run_dir,
+            mode=mode,
+            allow_insecure_policy=allow_insecure_policy,
+            scope=scope_pid or None,
+        )
+    except PolicyError as exc:
+        fail(str(exc))
+    for warning in agent.policy.warnings:
+        logging.getLogger("hostd").warning("policy %s", warning)
+    try:
+        report = agent.run(once=once)
+    except AgentError as exc:
+        fail(str(exc), EXIT_FAILURE)
+    if once:
+        out.print(f"one pass ({agent.mode}): {summarize(report.counts)}")
+        if agent.mode == "enforce" and len(agent.journal):
+            out.print(f"changes are kept; `hostd restore --state-dir {state_dir}` undoes them")
+
+
+def restore(
+    state_dir: str = StateOpt,
+    run_dir: str = RunOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Put every knob hostd changed back to its original value (also after a crash)."""
+    if agent_pid(run_dir):
+        fail(
+            f"an agent is running (pid {agent_pid(run_dir)}): stop it (it restores) or "
+            "`hostd disable` it",
+            EXIT_FAILURE,
+        )
+    host = Host()
+    journal = Journal(state_dir, read_boot_id(host))
+    report = restore_journal(host, journal)
+    if as_json:
+        print_json(
+            [
+                {"key": r.key, "outcome": r.outcome, "value": r.value, "detail": r.detail}
+                for r in report.results
+            ]
+        )
+    else:
+        for r in report.results:
+            out.print(f"{r.key}: {r.outcome}" + (f" ({r.detail})" if r.detail else ""))
+        out.print(f"restore: {summarize(report.counts)}")
+    failed = [r for r in report.results if r.outcome not in ("restored", "gone")]
+    if failed:
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
+    """Mode, policy, layers with thread counts, and the last pass of the running agent."""
+    st = read_status(run_dir)
+    pid = agent_pid(run_dir)
+    if st is None:
+        fail(f"no agent status in {run_dir} (is `hostd run` running?)", EXIT_FAILURE)
+    st["running"] = pid is not None
+    if as_json:
+        print_json(st)
+        return
+    last = st["last_pass"]
+    age = time.time() - last["time"]
+    state = st["state"] if pid else f"not running (last state: {st['state']})"
+    out.print(
+        f"hostd {st['version']}: {state}, mode {st['mode']}, "
+        f"policy {st['policy']['name']} ({st['policy']['source']})"
+    )
+    out.print(
+        f"last pass {age:.1f}s ago took {last['seconds'] * 1000:.1f} ms: "
+        f"{summarize(last['counts'])}; journal holds {st['journal']['records']} originals"
+    )
+    table = Table(title_justify="left")
+    for col in ("layer", "kind", "threads", "own CPUs", "notes"):
+        table.add_column(col)
+    from hostd.cpuset import format_cpulist
+
+    for layer in st["layers"]:
+        table.add_row(
+            layer["name"],
+            layer["kind"],
+            str(layer["threads"]),
+            format_cpulist(layer["cpus"]) or "-",
+            "; ".join(layer["notes"]),
+        )
+    if st["layers"]:
+        out.print(table)
+
+
+def _switch(run_dir: str, disabled: bool) -> None:
+    flag = Path(run_dir) / "disabled"
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    if disabled:
+        flag.touch()
+    else:
+        flag.unlink(missing_ok=True)
+    pid = agent_pid(run_dir)
+    if pid is None:
+        out.print(f"hostd {'disabled' if disabled else 'enabled'} (no agent is running now)")
+        return
+    os.kill(pid, signal.SIGUSR1)
+    out.print(
+        f"hostd {'disabled: restoring everything' if disabled else 'enabled'} "
+        f"(agent pid {pid}, within one pass)"
+    )
+
+
+def disable(run_dir: str = RunOpt) -> None:
+    """Switch the running agent off: it restores everything and stays idle."""
+    _switch(run_dir, True)
+
+
+def enable(run_dir: str = RunOpt) -> None:
+    """Switch the agent back on."""
+    _switch(run_dir, False)
+
+
+def doctor(root: str = RootOpt, as_json: bool = JsonOpt) -> None:
+    """Say what this host allows hostd to do, and what it will and will not do here."""
+    host = get_host(root)
+    caps = probe(host)
+    if as_json:
+        print_json([{"feature": f.feature, "ok": f.ok, "detail": f.detail} for f in caps.findings])
+        return
+    for f in caps.findings:
+        mark = "[green]ok[/]  " if f.ok else "[yellow]no[/]  "
+        out.print(f"{mark}{f.feature:15} {f.detail}")
+    off = sorted(caps.disabled_kinds())
+    out.print(
+        "hostd run will "
+        + ("change everything its policy asks for" if not off else f"leave out: {', '.join(off)}")
+    )

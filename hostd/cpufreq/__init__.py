@@ -1,0 +1,36 @@
+"""cpufreq knobs per CPU: governor, frequency floor and energy-performance preference.
+
+``cpu/N/scaling_governor`` (a name), ``cpu/N/scaling_min_freq`` (kHz, as an int) and
+``cpu/N/energy_performance_preference`` (a name), per Documentation/admin-guide/pm/cpufreq.rst
+and intel_pstate.rst. Tested against fixture trees: the CI machine has no cpufreq driver.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from hostd import knobs
+from hostd.host import Gone, Host
+
+FILES = ("scaling_governor", "scaling_min_freq", "energy_performance_preference")
+
+
+def _path(key: str) -> str:
+    _, cpu, name = key.split("/")
+    return f"sys/devices/system/cpu/cpu{int(cpu)}/cpufreq/{name}"
+
+
+def _read(host: Host, key: str) -> object:
+    text = host.read(_path(key))
+    if text is None:
+        raise Gone(errno.ENOENT, key, "no such cpufreq file")
+    value = text.strip()
+    return int(value) if key.endswith("scaling_min_freq") else value
+
+
+def _write(host: Host, key: str, value: object) -> None:
+    host.write(_path(key), str(value))
+
+
+for _name in FILES:
+    knobs.register(knobs.Knob(_name, _read, _write))

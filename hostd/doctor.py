@@ -1,0 +1,256 @@
+"""What this host allows hostd to do: probes, plain-language findings, and the feature switches.
+
+``probe(host)`` checks each mechanism without leaving a trace (a forked child tries SCHED_FIFO
+on itself; an IRQ gets its own current affinity written back; a netlink socket is opened and
+closed) and returns ``Capabilities``: what ``hostd run`` will use, feature by feature, and one
+``Finding`` per probe for ``hostd doctor``. The agent degrades by these switches instead of
+failing: no RT means RT layers get nice -20; no cpuset means affinity only; unwritable IRQs or
+missing cpufreq mean those parts of the plan are skipped.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from dataclasses import dataclass, field
+
+from hostd.host import Host, HostError
+from hostd.topology import Topology, read_cgroup_layout
+
+# Capability bits (include/uapi/linux/capability.h).
+CAPS = {"CAP_SYS_NICE": 23, "CAP_SYS_ADMIN": 21, "CAP_DAC_OVERRIDE": 1}
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    feature: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Capabilities:
+    affinity: bool = True
+    sched: bool = True
+    rt: bool = True
+    cpuset: str = "none"  # "v1" | "v2" | "none"
+    irqs: bool = True
+    cpufreq: bool = False
+    numa_nodes: int = 1
+    move_pages: bool = False
+    nvml: bool = False
+    proc_connector: bool = False
+    udev: bool = False
+    findings: list[Finding] = field(default_factory=list)
+
+    def disabled_kinds(self) -> set[str]:
+        """Knob kinds ``hostd run`` must not write here."""
+        off = set()
+        if not self.affinity:
+            off.add("affinity")
+        if not self.sched:
+            off |= {"sched", "nice"}
+        if self.cpuset != "v1":
+            off |= {"cgroup", "cpuset"}
+        if not self.irqs:
+            off.add("irq")
+        if not self.cpufreq:
+            off |= {"scaling_governor", "scaling_min_freq", "energy_performance_preference"}
+        return off
+
+
+def _cap_eff(host: Host) -> int:
+    text = host.read_quiet("proc/self/status") or ""
+    for line in text.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def _try_fifo() -> tuple[bool, str]:
+    """Fork a child that asks for SCHED_FIFO 1 on itself; nothing else changes."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError as exc:
+            code = exc.errno or 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return True, "SCHED_FIFO is allowed for hostd's threads' cgroup"
+    return False, f"SCHED_FIFO refused: {os.strerror(code)}"
+
+
+def probe(host: Host, topo: Topology | None = None) -> Capabilities:
+    caps = Capabilities()
+    f = caps.findings
+    live = host.live
+    eff = _cap_eff(host) if live else 0
+    root = live and os.geteuid() == 0
+    missing = [name for name, bit in CAPS.items() if not eff >> bit & 1]
+    if live:
+        f.append(
+            Finding(
+                "privileges",
+                not missing,
+                "root with every capability hostd uses"
+                if not missing
+                else f"missing {', '.join(missing)}: hostd can only change its own user's threads",
+            )
+        )
+    caps.sched = caps.affinity = live
+    caps.cpuset = read_cgroup_layout(host).cpuset if root else "none"
+    layout = read_cgroup_layout(host)
+    if layout.cpuset == "v1":
+        f.append(
+            Finding(
+                "cpusets",
+                root,
+                f"cgroup {layout.mode}: v1 cpuset hierarchy at "
+                f"{layout.v1_mount('cpuset')}; hostd keeps its layers in /hostd/<layer>",
+            )
+        )
+    elif layout.cpuset == "v2":
+        caps.cpuset = "none"
+        f.append(
+            Finding(
+                "cpusets",
+                True,
+                "cgroup v2 with cpuset: layers are enforced by thread "
+                "affinity (moving processes between v2 cgroups would change their other "
+                "controllers)",
+            )
+        )
+    else:
+        f.append(Finding("cpusets", False, "no cpuset controller: thread affinity only"))
+
+    runtime = host.read_line("proc/sys/kernel/sched_rt_runtime_us")
+    if runtime == "-1":
+        caps.rt = False
+        f.append(
+            Finding(
+                "real-time",
+                False,
+                "RT throttling is off (sched_rt_runtime_us = -1): "
+                "hostd will not make threads real-time; RT layers get nice -20",
+            )
+        )
+    elif live:
+        ok, why = _try_fifo()
+        caps.rt = ok
+        group = host.exists("sys/fs/cgroup/cpu/cpu.rt_runtime_us")
+        detail = f"{why}; RT throttling leaves {100 - int(runtime or 950000) // 10000}% to others"
+        if group:
+            detail += "; RT group scheduling is on (a cgroup with cpu.rt_runtime_us = 0 refuses RT)"
+        f.append(Finding("real-time", ok, detail))
+    else:
+        caps.rt = False
+
+    irqs = [e for e in host.listdir("proc/irq") if e.isdigit()]
+    writable = refused = 0
+    if root:
+        for irq in irqs:
+            rel = f"proc/irq/{irq}/smp_affinity_list"
+            current = host.read_line(rel)
+            if current is None:
+                continue
+            try:
+                host.write(rel, current)  # the same value: a no-op that shows what refuses
+                writable += 1
+            except HostError:
+                refused += 1
+    caps.irqs = writable > 0
+    f.append(
+        Finding(
+            "IRQs",
+            caps.irqs,
+            f"{writable} of {writable + refused} IRQs accept an "
+            "affinity" + (f"; {refused} are kernel-managed" if refused else "")
+            if root
+            else "IRQ affinity needs root",
+        )
+    )
+
+    cpu0 = "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    caps.cpufreq = host.exists(cpu0)
+    govs = host.read_line("sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors")
+    f.append(
+        Finding(
+            "cpufreq",
+            caps.cpufreq,
+            f"governors: {govs}"
+            if caps.cpufreq
+            else "no cpufreq driver: governors and frequency floors are skipped",
+        )
+    )
+
+    nodes = [e for e in host.listdir("sys/devices/system/node") if e.startswith("node")]
+    caps.numa_nodes = max(1, len(nodes))
+    if live:
+        from hostd.host import syscalls
+
+        try:
+            buf = bytearray(1)
+            import ctypes
+
+            addr = ctypes.addressof((ctypes.c_char * 1).from_buffer(buf))
+            syscalls.move_pages(os.getpid(), [addr & ~(os.sysconf("SC_PAGE_SIZE") - 1)], None)
+            caps.move_pages = True
+        except HostError as exc:
+            caps.move_pages = False
+            f.append(Finding("move_pages", False, str(exc)))
+    f.append(
+        Finding(
+            "NUMA",
+            True,
+            f"{caps.numa_nodes} node(s)"
+            + ("; pages can be moved" if caps.move_pages else "")
+            + ("; NUMA placement is a no-op with one node" if caps.numa_nodes == 1 else ""),
+        )
+    )
+
+    nvml, why = host.nvml()
+    caps.nvml = nvml is not None
+    f.append(
+        Finding(
+            "NVML",
+            caps.nvml,
+            f"{len(nvml.gpus)} GPU(s), driver {nvml.driver_version}"
+            if nvml
+            else f"{why}: GPUs are found through sysfs PCI",
+        )
+    )
+
+    if live:
+        try:
+            with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR) as s:
+                s.bind((os.getpid(), CN_IDX_PROC))
+            caps.proc_connector = True
+            detail = "netlink proc connector can be bound (event source of a later release)"
+        except OSError as exc:
+            detail = f"proc connector unavailable ({os.strerror(exc.errno or errno.EPERM)})"
+        f.append(Finding("proc connector", caps.proc_connector, detail))
+        try:
+            import pyudev  # noqa: F401
+
+            caps.udev = True
+            running = host.exists("run/udev/control")
+            f.append(
+                Finding(
+                    "udev",
+                    True,
+                    "pyudev works; udevd "
+                    + ("is running" if running else "is not running (kernel events only)"),
+                )
+            )
+        except ImportError as exc:
+            f.append(Finding("udev", False, f"pyudev unavailable: {exc}"))
+    if topo is not None and not topo.cpus:
+        f.append(Finding("topology", False, "no online CPUs found"))
+    return caps

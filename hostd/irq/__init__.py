@@ -1,0 +1,44 @@
+"""IRQ affinity knob (``irq/N/smp_affinity_list``), per core-api/irq/irq-affinity.rst.
+
+Kernel-managed IRQs (multi-queue block and NIC drivers) refuse: EIO on most kernels, EPERM on
+some (the CI machine's virtio-blk). Both are reported as ``Unchangeable`` and remembered by the
+reconciler, never retried.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from hostd import knobs
+from hostd.cpuset import format_cpulist, parse_cpulist
+from hostd.host import Gone, Host, NotPermitted, Unchangeable
+
+
+def _irq(key: str) -> int:
+    return int(key.split("/")[1])
+
+
+def _read(host: Host, key: str) -> str:
+    text = host.read(f"proc/irq/{_irq(key)}/smp_affinity_list")
+    if text is None:
+        raise Gone(errno.ENOENT, key, "no such IRQ")
+    return format_cpulist(parse_cpulist(text))
+
+
+def _write(host: Host, key: str, value: object) -> None:
+    try:
+        host.write(f"proc/irq/{_irq(key)}/smp_affinity_list", str(value))
+    except NotPermitted as exc:
+        if host.live and _is_root():
+            # Root was refused: a managed IRQ (some kernels say EPERM instead of EIO).
+            raise Unchangeable(exc.errno or errno.EPERM, key, "kernel-managed IRQ") from None
+        raise
+
+
+def _is_root() -> bool:
+    import os
+
+    return os.geteuid() == 0
+
+
+IRQ = knobs.register(knobs.Knob("irq", _read, _write))

@@ -1,0 +1,261 @@
+"""Diff, journal, apply, restore: turning a Plan into kernel writes, and putting them back.
+
+``desired_state(plan, snapshot)`` lists (knob key, value) in apply order; ``reconcile`` reads
+what is in place (from the snapshot where it can, else through the knob), skips what is already
+right, journals the originals of everything it is about to change (fsynced, before the first
+write), writes, and returns one ``Result`` per action. A knob hostd changed earlier that the
+plan no longer wants is put back to its original. ``restore`` replays the whole journal.
+
+Outcomes: applied, skipped (already right), restored, gone (the thread exited), not-permitted,
+unchangeable (remembered: never retried), error. One failure never stops the pass.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import hostd.cpufreq
+import hostd.cpuset.affinity
+import hostd.cpuset.cgroup
+import hostd.irq
+import hostd.sched  # noqa: F401  (the imports register the knob kinds)
+from hostd import knobs
+from hostd.cpuset import format_cpulist
+from hostd.cpuset.cgroup import group_key
+from hostd.host import Host, HostError
+from hostd.journal import Journal
+from hostd.plan import Plan
+from hostd.tasks import Task
+
+# Apply order: cgroups before the threads that go in them, membership before affinity (joining
+# a v1 cpuset resets a thread's affinity), policy before nice, governor before its floor/EPP.
+_ORDER = {
+    "cgroup": 0,
+    "cpuset": 1,
+    "affinity": 2,
+    "sched": 3,
+    "nice": 4,
+    "irq": 5,
+    "scaling_governor": 6,
+    "scaling_min_freq": 7,
+    "energy_performance_preference": 8,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    key: str
+    outcome: str
+    value: object = None
+    detail: str = ""
+
+
+@dataclass
+class PassReport:
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(r.outcome for r in self.results))
+
+
+def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
+    """Every knob value the plan asks for, keyed by knob key."""
+    want: dict[str, object] = {}
+    if plan.cpusets:
+        want[group_key()] = {
+            "cpus": format_cpulist(plan.online),
+            "mems": format_cpulist(sorted({m for c in plan.cpusets for m in c.mems})),
+        }
+        for cs in plan.cpusets:
+            want[group_key(cs.layer)] = {
+                "cpus": format_cpulist(cs.cpus),
+                "mems": format_cpulist(cs.mems),
+            }
+    for tp in plan.tasks:
+        if tp.cpuset is not None:
+            want[knobs.task_key(tp.tid, tp.start_time, "cpuset")] = tp.cpuset
+        if tp.affinity is not None:
+            want[knobs.task_key(tp.tid, tp.start_time, "affinity")] = format_cpulist(tp.affinity)
+        if tp.policy is not None:
+            want[knobs.task_key(tp.tid, tp.start_time, "sched")] = [
+                tp.policy,
+                tp.priority or 0,
+                tp.reset_on_fork,
+            ]
+        if tp.nice is not None:
+            want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
+    for ip in plan.irqs:
+        want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
+    for cp in plan.cpufreq:
+        if cp.governor:
+            want[f"cpu/{cp.cpu}/scaling_governor"] = cp.governor
+        if cp.min_freq:
+            want[f"cpu/{cp.cpu}/scaling_min_freq"] = cp.min_freq
+        if cp.epp:
+            want[f"cpu/{cp.cpu}/energy_performance_preference"] = cp.epp
+    return want
+
+
+def observed_state(tasks: Iterable[Task]) -> dict[str, object]:
+    """Task knob values already known from the snapshot (saves a syscall per thread)."""
+    seen: dict[str, object] = {}
+    names = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle"}
+    for t in tasks:
+        seen[knobs.task_key(t.tid, t.start_time, "affinity")] = format_cpulist(t.affinity)
+        seen[knobs.task_key(t.tid, t.start_time, "nice")] = t.nice
+        if t.policy in names:
+            # /proc/PID/stat does not show reset-on-fork: None means "unknown, read it".
+            seen[knobs.task_key(t.tid, t.start_time, "sched")] = [
+                names[t.policy],
+                t.rt_priority,
+                None,
+            ]
+    return seen
+
+
+def same(current: object, wanted: object) -> bool:
+    if isinstance(current, list) and isinstance(wanted, list) and len(current) == len(wanted):
+        return all(c is None or c == w for c, w in zip(current, wanted, strict=True))
+    return current == wanted
+
+
+def _order(key: str) -> int:
+    return _ORDER.get(knobs.kind_of(key), 99)
+
+
+def _outcome(exc: HostError) -> str:
+    if exc.errno == errno.EOPNOTSUPP:
+        return "unsupported"
+    return exc.outcome
+
+
+def reconcile(
+    host: Host,
+    journal: Journal | None,
+    want: dict[str, object],
+    observed: dict[str, object],
+    *,
+    live_keys: set[tuple[int, int]],
+    unchangeable: set[str],
+) -> PassReport:
+    """Make the host match ``want``. ``journal`` None means observe mode: decide, never write.
+
+    ``live_keys``: (tid, start_time) of every thread in the snapshot, to close journal records
+    of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
+    """
+    report = PassReport()
+    changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
+    for key in sorted(want, key=_order):
+        value = want[key]
+        if key in unchangeable:
+            report.results.append(Result(key, "unchangeable", value, "refused before"))
+            continue
+        current = observed.get(key, _UNKNOWN)
+        # Read through the knob when the snapshot does not know, or when it matches except for
+        # what /proc does not show (the reset-on-fork flag).
+        partial = isinstance(current, list) and None in current and same(current, value)
+        if current is _UNKNOWN or partial:
+            try:
+                current = knobs.read(host, key)
+            except HostError as exc:
+                report.results.append(Result(key, _outcome(exc), value, str(exc)))
+                continue
+        if same(current, value):
+            report.results.append(Result(key, "skipped", value))
+            continue
+        changes.append((key, value, current))
+
+    # Knobs hostd changed before that the plan no longer wants: back to their originals.
+    giveback: list[str] = []
+    if journal is not None:
+        gone = []
+        for key in journal.recorded():
+            if key in want:
+                continue
+            if knobs.is_task_key(key) and knobs.parse_task_key(key) not in live_keys:
+                gone.append(key)
+                continue
+            giveback.append(key)
+        journal.done(gone)
+
+    if journal is None:  # observe mode
+        for key, value, _ in changes:
+            report.results.append(Result(key, "would-apply", value))
+        for key in giveback:
+            report.results.append(Result(key, "would-restore"))
+        return report
+
+    # Write-ahead: originals first, durably, then the writes.
+    # The value just observed is the original, unless the snapshot could not see all of it.
+    originals: list[tuple[str, object]] = []
+    for key, value, current in changes:
+        if key in journal:
+            continue
+        try:
+            if isinstance(current, list) and None in current:
+                current = knobs.read(host, key)
+            originals.append((key, current))
+        except HostError as exc:
+            report.results.append(Result(key, _outcome(exc), value, str(exc)))
+    journal.record(originals)
+    for key, value, _ in changes:
+        if key not in journal:
+            continue  # its original could not be read: never write what cannot be restored
+        try:
+            knobs.write(host, key, value)
+            report.results.append(Result(key, "applied", value))
+        except HostError as exc:
+            outcome = _outcome(exc)
+            if outcome == "unchangeable":
+                unchangeable.add(key)
+            report.results.append(Result(key, outcome, value, str(exc)))
+    report.results += restore_keys(host, journal, giveback)
+    return report
+
+
+_UNKNOWN = object()
+
+
+def _restore_order(keys: list[str]) -> list[str]:
+    """Reverse journal order, except that threads rejoin their cgroup before their affinity
+    is restored (joining a v1 cpuset resets affinity) and cgroups go last (once empty)."""
+    rev = list(reversed(keys))
+
+    def phase(key: str) -> int:
+        kind = knobs.kind_of(key)
+        return {"cpuset": 0, "cgroup": 2}.get(kind, 1)
+
+    return sorted(rev, key=phase)
+
+
+def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
+    results = []
+    done = []
+    for key in _restore_order(keys):
+        orig = journal.original(key)
+        try:
+            current = knobs.read(host, key)
+            if same(current, orig):
+                results.append(Result(key, "restored", orig, "already at its original"))
+            else:
+                knobs.write(host, key, orig)
+                results.append(Result(key, "restored", orig))
+            done.append(key)
+        except HostError as exc:
+            outcome = _outcome(exc)
+            if outcome == "gone":
+                done.append(key)
+            results.append(Result(key, outcome, orig, str(exc)))
+    journal.done(done)
+    return results
+
+
+def restore(host: Host, journal: Journal) -> PassReport:
+    """Put back every knob in the journal; idempotent (a second run finds nothing to do)."""
+    report = PassReport(restore_keys(host, journal, journal.recorded()))
+    journal.compact()
+    return report
