@@ -1,0 +1,310 @@
+"""The agent on the real kernel (root): apply every knob kind this machine has, then restore.
+
+Each test starts a realistic idle job (tests/workload.py: names from FACTS.md), snapshots the
+host state the agent may touch, runs ``hostd run`` scoped to the job (``--scope-pid``), checks
+the intended effect in /proc and cgroupfs, stops the agent (SIGTERM, or kill -9 followed by
+``hostd restore``) and asserts the snapshot is identical again. IRQ affinity is host-wide and
+is changed and restored for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workload import TrainingJob
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "tests" / "privileged" / "policy.toml"
+_sibling = Path(sys.executable).with_name("hostd")
+HOSTD = str(_sibling) if _sibling.exists() else None
+CPUSET = Path("/sys/fs/cgroup/cpuset")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the agent changes real threads"),
+    pytest.mark.skipif(HOSTD is None, reason="the hostd console script is not installed"),
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs"),
+]
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _thread_state(tid: int) -> tuple | None:
+    try:
+        raw = os.sched_getscheduler(tid)
+        return (
+            tuple(sorted(os.sched_getaffinity(tid))),
+            raw,
+            os.sched_getparam(tid).sched_priority,
+            os.getpriority(os.PRIO_PROCESS, tid),
+            next(
+                (ln.split(":", 2)[2] for ln in (_read(f"/proc/{tid}/cgroup") or "").splitlines()
+                 if ln.split(":")[1] == "cpuset"),
+                "",
+            ),
+        )  # fmt: skip
+    except OSError:
+        return None
+
+
+def host_state(job: TrainingJob) -> dict:
+    """Everything the agent may change: the job's threads, IRQs, cpuset cgroups."""
+    threads = {tid: _thread_state(tid) for pid in job.pids for tid in job.tids(pid)}
+    irqs = {
+        irq: _read(f"/proc/irq/{irq}/smp_affinity_list")
+        for irq in sorted(os.listdir("/proc/irq"))
+        if irq.isdigit()
+    }
+    cpusets = sorted(p.name for p in CPUSET.iterdir() if p.is_dir()) if CPUSET.is_dir() else []
+    return {"threads": threads, "irqs": irqs, "cpusets": cpusets}
+
+
+class Agent:
+    def __init__(self, tmp: Path, job: TrainingJob, *extra: str) -> None:
+        self.state, self.run = tmp / "state", tmp / "run"
+        self.log = tmp / "agent.log"
+        self.proc = subprocess.Popen(
+            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(self.state),
+             "--run-dir", str(self.run), "--scope-pid", str(job.launcher), *extra],
+            stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),  # noqa: SIM115
+        )  # fmt: skip
+
+    def status(self) -> dict:
+        try:
+            return json.loads((self.run / "status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_passes(self, n: int, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st.get("passes", 0) >= n:
+                return st
+            assert self.proc.poll() is None, self.log.read_text()
+            time.sleep(0.05)
+        raise AssertionError(f"no pass {n} within {timeout}s:\n{self.log.read_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> str:
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=60)
+        return self.log.read_text()
+
+
+def hostd(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([HOSTD, *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def _effects(job: TrainingJob) -> None:
+    """The policy's intended effect, as /proc and cgroupfs show it."""
+    rank = job.ranks[0]
+    main = _thread_state(rank)
+    assert main[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and main[2] == 10
+    assert len(main[0]) == 1  # confined to the trainer's own CPU
+    own = main[0][0]
+    assert main[4] == "/hostd/trainer"
+    tasks = (CPUSET / "hostd" / "trainer" / "tasks").read_text().split()
+    assert str(rank) in tasks
+    assert _read(str(CPUSET / "hostd" / "trainer" / "cpuset.cpus")) == str(own)
+    comms = {}
+    for tid in job.tids(rank):
+        comm = _read(f"/proc/{tid}/comm")
+        comms[comm] = _thread_state(tid)
+    assert comms["gloo_tcp_loop"][1] == os.SCHED_RR | os.SCHED_RESET_ON_FORK
+    assert comms["gloo_tcp_loop"][2] == 15
+    assert own not in comms["gloo_tcp_loop"][0]  # open layers use the pool
+    for worker in job.workers:
+        assert _thread_state(worker)[3] == -5
+    assert _thread_state(job.launcher)[1] == os.SCHED_IDLE
+    # IRQs: off the trainer's CPU, except kernel-managed ones that refuse.
+    moved = [
+        irq for irq in os.listdir("/proc/irq") if irq.isdigit()
+        and str(own) not in (_read(f"/proc/irq/{irq}/smp_affinity_list") or "").split(",")
+    ]  # fmt: skip
+    assert moved
+
+
+def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
+    with TrainingJob(ranks=2, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job)
+        try:
+            st = agent.wait_passes(2)
+            _effects(job)
+            assert st["mode"] == "enforce" and st["state"] == "running"
+            counts = st["last_pass"]["counts"]
+            assert counts.get("skipped", 0) > 0  # the second pass found it all in place
+            assert "applied" not in counts  # reconcile by diff: nothing written twice
+            status = hostd("status", "--run-dir", str(agent.run)).stdout
+            assert "trainer" in status and "mode enforce" in status
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert host_state(job) == before, log
+        assert " ERROR " not in log and "Traceback" not in log
+        assert not (agent.state / "journal.jsonl").exists()
+
+
+def test_kill_9_then_restore_puts_the_host_back(tmp_path):
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job)
+        agent.wait_passes(1)
+        agent.stop(signal.SIGKILL)
+        _effects(job)  # a crash leaves the changes in place...
+        assert (agent.state / "journal.jsonl").exists()
+        out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert host_state(job) == before  # ...and restore puts everything back
+        again = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        assert again.returncode == 0 and "nothing to do" in again.stdout  # idempotent
+
+
+def test_observe_mode_changes_nothing(tmp_path):
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job, "--mode", "observe")
+        st = agent.wait_passes(1)
+        assert st["last_pass"]["counts"].get("would-apply", 0) > 0
+        assert host_state(job) == before
+        agent.stop()
+        assert host_state(job) == before
+
+
+def test_disable_restores_and_enable_reapplies(tmp_path):
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job)
+        try:
+            agent.wait_passes(1)
+            _effects(job)
+            assert hostd("disable", "--run-dir", str(agent.run)).returncode == 0
+            deadline = time.monotonic() + 20
+            while agent.status().get("state") != "disabled" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert host_state(job) == before
+            assert hostd("enable", "--run-dir", str(agent.run)).returncode == 0
+            n = agent.status()["passes"]
+            agent.wait_passes(n + 1)
+            _effects(job)
+        finally:
+            agent.stop()
+        assert host_state(job) == before
+
+
+def test_sighup_with_a_bad_policy_keeps_the_old_one(tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.read_text())
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job)
+        agent.proc.kill()  # replace it with one that reads the copy
+        agent.proc.wait()
+        hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        agent.proc = subprocess.Popen(
+            [HOSTD, "run", "--policy", str(policy), "--state-dir", str(agent.state),
+             "--run-dir", str(agent.run), "--scope-pid", str(job.launcher)],
+            stdout=subprocess.DEVNULL, stderr=open(agent.log, "w"),  # noqa: SIM115
+        )  # fmt: skip
+        try:
+            agent.wait_passes(1)
+            policy.write_text("version = 1\n[[layer]]\nname = 'x'\n")
+            agent.proc.send_signal(signal.SIGHUP)
+            n = agent.status()["passes"]
+            agent.wait_passes(n + 2)
+            _effects(job)  # still the old policy
+        finally:
+            log = agent.stop()
+        assert "reload refused, keeping the running policy" in log
+        assert host_state(job) == before
+
+
+def test_second_agent_refuses_to_start(tmp_path):
+    with TrainingJob(ranks=1, workers=0) as job:
+        agent = Agent(tmp_path, job)
+        try:
+            agent.wait_passes(1)
+            second = subprocess.run(
+                [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(tmp_path / "s2"),
+                 "--run-dir", str(agent.run), "--scope-pid", str(job.launcher)],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert second.returncode == 1
+            assert "another hostd agent is running" in second.stderr
+        finally:
+            agent.stop()
+
+
+def test_untrusted_policy_file_is_refused(tmp_path):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY.read_text())
+    policy.chmod(0o666)
+    proc = hostd("run", "--once", "--policy", str(policy), "--state-dir", str(tmp_path / "s"),
+                 "--run-dir", str(tmp_path / "r"), "--scope-pid", str(os.getpid()))  # fmt: skip
+    assert proc.returncode == 2
+    assert "writable by group or others" in proc.stderr
+    assert not (tmp_path / "s" / "journal.jsonl").exists()
+
+
+_CHURN = r"""
+import os, threading, time, sys
+def rename(name):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+        fh.write(name)
+def short():
+    rename("gloo_tcp_loop")
+    time.sleep(0.002)
+born = 0
+sys.stdout.write("ready\n"); sys.stdout.flush()
+while born < 5000:
+    batch = [threading.Thread(target=short) for _ in range(50)]
+    for t in batch: t.start()
+    for t in batch: t.join()
+    born += len(batch)
+sys.stdout.write("done\n"); sys.stdout.flush()
+time.sleep(30)
+"""
+
+
+def test_race_5000_short_lived_threads_while_applying(tmp_path):
+    churn = subprocess.Popen(
+        [sys.executable, "-c", _CHURN], stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert churn.stdout.readline().strip() == "ready"
+        state, run = tmp_path / "state", tmp_path / "run"
+        log = tmp_path / "agent.log"
+        agent = subprocess.Popen(
+            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(state),
+             "--run-dir", str(run), "--scope-pid", str(churn.pid)],
+            stdout=subprocess.DEVNULL, stderr=open(log, "w"),  # noqa: SIM115
+        )  # fmt: skip
+        assert churn.stdout.readline().strip() == "done"  # 5000 threads came and went
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=120)
+        text = log.read_text()
+        assert agent.returncode == 0, text
+        assert "Traceback" not in text and " ERROR " not in text, text
+        passes = [ln for ln in text.splitlines() if " pass n=" in ln]
+        assert passes, text
+        # A consistent journal: everything restored or gone, the file removed.
+        assert not (state / "journal.jsonl").exists(), (state / "journal.jsonl").read_text()[:2000]
+        assert _thread_state(churn.pid)[1] == os.SCHED_OTHER
+    finally:
+        os.killpg(churn.pid, signal.SIGKILL)
+        churn.wait()
