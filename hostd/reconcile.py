@@ -21,6 +21,7 @@ import hostd.cpufreq
 import hostd.cpuset.affinity
 import hostd.cpuset.cgroup
 import hostd.irq
+import hostd.numa
 import hostd.sched  # noqa: F401  (the imports register the knob kinds)
 from hostd import knobs
 from hostd.cpuset import format_cpulist
@@ -42,6 +43,7 @@ _ORDER = {
     "scaling_governor": 6,
     "scaling_min_freq": 7,
     "energy_performance_preference": 8,
+    "numa": 9,  # last: threads are already on the node's CPUs when their memory follows
 }
 
 
@@ -88,6 +90,8 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
             ]
         if tp.nice is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
+    for np_ in plan.numa:
+        want[knobs.task_key(np_.pid, np_.start_time, "numa")] = np_.node
     for ip in plan.irqs:
         want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
     for cp in plan.cpufreq:

@@ -115,9 +115,10 @@ class Host:
         Raises Gone, NotPermitted, Unchangeable or HostError.
         """
         path = self._prefix + rel
-        data = text.encode()
+        data = (text if text.endswith("\n") else text + "\n").encode()  # as `echo` writes it
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            # O_TRUNC as a shell's ">" does: kernel files ignore it, fixture trees need it.
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
         except OSError as exc:
             raise from_oserror(exc, path) from None
         try:

@@ -1,0 +1,120 @@
+"""cpufreq and IRQ knobs against a copy of a captured-style fixture tree (this machine has no
+cpufreq): apply through the journal, check the files, restore, and compare byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hostd.host import Host
+from hostd.journal import Journal
+from hostd.policy import parse_policy
+from hostd.reconcile import desired_state, observed_state, reconcile, restore
+from hostd.snapshot import take
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
+POLICY = b"""
+version = 1
+[[layer]]
+name = "trainer"
+comment = "ranks"
+match = [[{ gpu = true }]]
+kind = "grouped"
+cpus = { max = 8 }
+sched = { policy = "fifo", priority = 10 }
+governor = "performance"
+min_freq = "max"
+epp = "performance"
+irqs = "avoid"
+
+[[layer]]
+name = "rest"
+comment = "the rest"
+match = [[]]
+"""
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    out = {}
+    for sub in ("sys/devices/system/cpu", "proc/irq"):
+        for p in sorted((root / sub).rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+@pytest.fixture
+def tree(tmp_path):
+    if not FIXTURE.is_dir():
+        pytest.skip("no dgx-h100 fixture tree")
+    dest = tmp_path / "host"
+    shutil.copytree(FIXTURE, dest, symlinks=True)
+    return dest
+
+
+def _host_knobs(tree: Path):
+    host = Host(tree)
+    snap = take(host, parse_policy(POLICY, "test.toml"))
+    plan = snap.plan()
+    want = {k: v for k, v in desired_state(plan, snap.tasks).items() if not k.startswith("task/")}
+    return host, plan, want, observed_state(snap.tasks)
+
+
+def test_governor_floor_epp_and_irqs_apply_and_restore(tree, tmp_path):
+    before = _files(tree)
+    host, plan, want, seen = _host_knobs(tree)
+    trainer = plan.layer("trainer").cpus
+    assert trainer and plan.cpufreq and plan.irqs
+    journal = Journal(tmp_path / "state", "boot")
+    report = reconcile(host, journal, want, seen, live_keys=set(), unchangeable=set())
+    assert report.counts.get("applied", 0) > 0
+    assert set(report.counts) <= {"applied", "skipped"}, report.counts
+    cpu = min(trainer)
+    base = tree / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+    assert (base / "scaling_governor").read_text() == "performance\n"
+    assert (base / "scaling_min_freq").read_text() == (base / "cpuinfo_max_freq").read_text()
+    assert (base / "energy_performance_preference").read_text() == "performance\n"
+    outside = min(set(range(64)) - set(trainer))
+    assert (
+        tree / f"sys/devices/system/cpu/cpu{outside}/cpufreq/scaling_governor"
+    ).read_text().strip() == "powersave"
+    for ip in plan.irqs:
+        text = (tree / f"proc/irq/{ip.irq}/smp_affinity_list").read_text()
+        assert not set(_cpus(text)) & trainer
+    # A second pass finds everything in place and writes nothing.
+    again = reconcile(host, journal, want, seen, live_keys=set(), unchangeable=set())
+    assert "applied" not in again.counts
+    restored = restore(host, journal)
+    assert set(restored.counts) == {"restored"}
+    assert _files(tree) == before
+    assert not (tmp_path / "state" / "journal.jsonl").exists()
+
+
+def test_observe_mode_writes_nothing(tree):
+    before = _files(tree)
+    host, _, want, seen = _host_knobs(tree)
+    report = reconcile(host, None, want, seen, live_keys=set(), unchangeable=set())
+    assert report.counts.get("would-apply", 0) > 0
+    assert _files(tree) == before
+
+
+def test_a_refused_knob_is_remembered_and_not_retried(tree, tmp_path):
+    host, plan, want, seen = _host_knobs(tree)
+    key = next(k for k in want if k.startswith("irq/"))
+    path = tree / f"proc/irq/{key.split('/')[1]}/smp_affinity_list"
+    path.unlink()
+    path.mkdir()  # writing a directory fails with EISDIR: an unexpected refusal, reported
+    unchangeable: set[str] = set()
+    journal = Journal(tmp_path / "s", "b")
+    report = reconcile(host, journal, want, seen, live_keys=set(), unchangeable=unchangeable)
+    outcome = {r.key: r.outcome for r in report.results}
+    assert outcome[key] in ("error", "unchangeable", "gone")
+    assert outcome[next(k for k in want if k.startswith("cpu/"))] == "applied"
+
+
+def _cpus(text: str) -> set[int]:
+    from hostd.cpuset import parse_cpulist
+
+    return set(parse_cpulist(text))

@@ -1,0 +1,64 @@
+"""The write-ahead journal: first original wins, durable lines, boot-id rules, torn lines."""
+
+from __future__ import annotations
+
+import json
+
+from hostd.journal import Journal
+
+
+def test_first_original_is_never_overwritten(tmp_path):
+    j = Journal(tmp_path, "boot-a", "sha")
+    j.record([("irq/5/smp_affinity_list", "0-3"), ("task/10@99/nice", 0)])
+    j.record([("irq/5/smp_affinity_list", "2"), ("task/10@99/nice", -5)])
+    again = Journal(tmp_path, "boot-a")
+    assert again.original("irq/5/smp_affinity_list") == "0-3"
+    assert again.original("task/10@99/nice") == 0
+    assert again.recorded() == ["irq/5/smp_affinity_list", "task/10@99/nice"]
+
+
+def test_each_record_carries_boot_version_and_policy(tmp_path):
+    j = Journal(tmp_path, "boot-a", "abc123")
+    j.record([("cpu/0/scaling_governor", "powersave")])
+    line = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[0])
+    assert line["boot"] == "boot-a" and line["policy"] == "abc123"
+    assert line["version"] and line["orig"] == "powersave"
+
+
+def test_task_records_of_an_earlier_boot_are_dropped_host_knobs_kept(tmp_path):
+    Journal(tmp_path, "boot-a").record(
+        [("task/10@99/affinity", "0-1"), ("irq/7/smp_affinity_list", "0-1")]
+    )
+    after_reboot = Journal(tmp_path, "boot-b")
+    assert after_reboot.recorded() == ["irq/7/smp_affinity_list"]
+    assert after_reboot.dropped_old_boot == 1
+
+
+def test_a_torn_last_line_is_ignored(tmp_path):
+    j = Journal(tmp_path, "b")
+    j.record([("irq/1/smp_affinity_list", "0")])
+    with open(tmp_path / "journal.jsonl", "a") as fh:
+        fh.write('{"key": "irq/2/smp_aff')  # the agent died mid-append
+    assert Journal(tmp_path, "b").recorded() == ["irq/1/smp_affinity_list"]
+
+
+def test_done_closes_records_and_compact_removes_the_file(tmp_path):
+    j = Journal(tmp_path, "b")
+    j.record([("irq/1/smp_affinity_list", "0"), ("irq/2/smp_affinity_list", "1")])
+    j.done(["irq/1/smp_affinity_list"])
+    assert Journal(tmp_path, "b").recorded() == ["irq/2/smp_affinity_list"]
+    j.compact()
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and "irq/2" in lines[0]
+    j.done(["irq/2/smp_affinity_list"])
+    j.compact()
+    assert not (tmp_path / "journal.jsonl").exists()
+    assert len(Journal(tmp_path, "b")) == 0
+
+
+def test_a_closed_key_can_be_recorded_anew(tmp_path):
+    j = Journal(tmp_path, "b")
+    j.record([("task/1@2/nice", 0)])
+    j.done(["task/1@2/nice"])
+    j.record([("task/1@2/nice", 3)])
+    assert Journal(tmp_path, "b").original("task/1@2/nice") == 3
