@@ -32,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 from hostd import __version__, knobs
+from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.cpuset import parse_cpulist
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
@@ -121,6 +122,7 @@ class Agent:
         self._stop = False
         self._reload = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._latency_fd: int | None = None
         if self.journal.dropped_old_boot:
             log.info(
                 "journal dropped=%d reason=task-records-from-an-earlier-boot",
@@ -136,8 +138,22 @@ class Agent:
         return (self.run_dir / "disabled").exists()
 
     # -- one pass ------------------------------------------------------------------------------
+    def _cstate(self, on: bool) -> None:
+        """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
+        want = self.policy.cpu_dma_latency_us
+        if on and want is not None and self._latency_fd is None and self.mode == "enforce":
+            try:
+                self._latency_fd = hold_cpu_dma_latency(self.host, want)
+                log.info("cstate cpu_dma_latency_us=%d held", want)
+            except OSError as exc:
+                log.warning("cstate refused: %s", exc)
+        elif (not on or want is None) and self._latency_fd is not None:
+            os.close(self._latency_fd)
+            self._latency_fd = None
+
     def pass_once(self) -> PassReport:
         started = time.monotonic()
+        self._cstate(not self.disabled)
         if self.disabled:
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
             self._write_status(report, time.monotonic() - started, layers=[], state="disabled")
@@ -298,6 +314,7 @@ class Agent:
                 if self._stop:
                     break
         finally:
+            self._cstate(False)
             if self._stop and self.policy.restore_on_exit and self.mode == "enforce":
                 restored = restore(self.host, self.journal)
                 log.info(

@@ -3,11 +3,15 @@
 ``cpu/N/scaling_governor`` (a name), ``cpu/N/scaling_min_freq`` (kHz, as an int) and
 ``cpu/N/energy_performance_preference`` (a name), per Documentation/admin-guide/pm/cpufreq.rst
 and intel_pstate.rst. Tested against fixture trees: the CI machine has no cpufreq driver.
+``hold_cpu_dma_latency`` keeps deep C-states off while the agent runs ([agent]
+cpu_dma_latency_us).
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import struct
 
 from hostd import knobs
 from hostd.host import Gone, Host
@@ -30,6 +34,19 @@ def _read(host: Host, key: str) -> object:
 
 def _write(host: Host, key: str, value: object) -> None:
     host.write(_path(key), str(value))
+
+
+def hold_cpu_dma_latency(host: Host, microseconds: int) -> int:
+    """Limit C-state exit latency for as long as the returned fd stays open (PM QoS,
+    Documentation/power/pm_qos_interface.rst). Closing it, or the process dying, lifts the
+    limit: nothing to journal."""
+    fd = os.open(host.path("dev/cpu_dma_latency"), os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.write(fd, struct.pack("i", microseconds))
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 for _name in FILES:

@@ -194,6 +194,7 @@ class Policy:
     warnings: tuple[str, ...] = ()
     restore_on_exit: bool = True  # [agent] restore_on_exit: a clean stop puts everything back
     interval: float = 5.0  # [agent] interval: seconds between full passes
+    cpu_dma_latency_us: int | None = None  # [agent] a C-state limit held while hostd runs
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -488,7 +489,11 @@ class _Checker:
             raise self.fail("version", _NOTHING, "version = 1")
         if type(data["version"]) is not int or data["version"] != 1:
             raise self.fail("version", data["version"], "1 (the only policy version)")
-        agent = self.table(data.get("agent", {}), "agent", ("mode", "restore_on_exit", "interval"))
+        agent = self.table(
+            data.get("agent", {}),
+            "agent",
+            ("mode", "restore_on_exit", "interval", "cpu_dma_latency_us"),
+        )
         mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
         restore_on_exit = agent.get("restore_on_exit", True)
         if not isinstance(restore_on_exit, bool):
@@ -500,6 +505,9 @@ class _Checker:
             or not (0.1 <= interval <= 3600)
         ):
             raise self.fail("agent.interval", interval, "seconds between passes, 0.1 to 3600")
+        latency = agent.get("cpu_dma_latency_us")
+        if latency is not None:
+            latency = self.integer(latency, "agent.cpu_dma_latency_us", 0, 2_000_000_000)
         layers_raw = data.get("layer")
         if not isinstance(layers_raw, list) or not layers_raw:
             raise self.fail(
@@ -542,6 +550,7 @@ class _Checker:
             layers=layers,
             restore_on_exit=restore_on_exit,
             interval=float(interval),
+            cpu_dma_latency_us=latency,
             warnings=tuple(self.warnings),
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -68,7 +69,18 @@ def host_state(job: TrainingJob) -> dict:
         if irq.isdigit()
     }
     cpusets = sorted(p.name for p in CPUSET.iterdir() if p.is_dir()) if CPUSET.is_dir() else []
-    return {"threads": threads, "irqs": irqs, "cpusets": cpusets}
+    return {"threads": threads, "irqs": irqs, "cpusets": cpusets, "latency": _dma_latency()}
+
+
+def _dma_latency() -> int | None:
+    try:
+        fd = os.open("/dev/cpu_dma_latency", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return struct.unpack("i", os.read(fd, 4))[0]
+    finally:
+        os.close(fd)
 
 
 class Agent:
@@ -145,6 +157,8 @@ def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
         try:
             st = agent.wait_passes(2)
             _effects(job)
+            if before["latency"] is not None:
+                assert _dma_latency() == 20  # the policy's C-state limit, held while it runs
             assert st["mode"] == "enforce" and st["state"] == "running"
             counts = st["last_pass"]["counts"]
             assert counts.get("skipped", 0) > 0  # the second pass found it all in place

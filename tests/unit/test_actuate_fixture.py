@@ -101,7 +101,7 @@ def test_observe_mode_writes_nothing(tree):
 
 
 def test_a_refused_knob_is_remembered_and_not_retried(tree, tmp_path):
-    host, plan, want, seen = _host_knobs(tree)
+    host, _, want, seen = _host_knobs(tree)
     key = next(k for k in want if k.startswith("irq/"))
     path = tree / f"proc/irq/{key.split('/')[1]}/smp_affinity_list"
     path.unlink()
