@@ -92,7 +92,7 @@ def process(
     ppid: int = 1,
 ) -> Process:
     return Process(
-        pid, 1000 + pid, comm, ppid, parent_comm, cgroup, cmdline or comm,
+        pid, 1000 + pid, comm, ppid, parent_comm, cgroup, "/", cmdline or comm,
         None if kthread else exe, gpu_devices, nvml, kthread,
     )  # fmt: skip
 

@@ -56,6 +56,7 @@ def make_task(
         ppid=1,
         parent_comm=parent_comm,
         cgroup=cgroup,
+        cpuset="/",
         cmdline=comm if cmdline is None else cmdline,
         exe=exe,
         gpu_devices=tuple(sorted(gpu_devices)),
