@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hostd.policy import Layer, Policy, Predicate
-from hostd.tasks import Task
+from hostd.tasks import GPU_DEVICE_PREFIXES, Task
 
 Test = Callable[[Task], bool]
 
@@ -39,7 +39,7 @@ def _actual(name: str, task: Task) -> object:
         "nice_below": task.nice,
         "is_group_leader": task.is_leader,
         "is_kthread": task.is_kthread,
-        "gpu": list(proc.gpu_devices) or False,
+        "gpu": [d for d in proc.gpu_devices if d.startswith(GPU_DEVICE_PREFIXES)] or False,
         "nvml_gpu_process": proc.nvml,
     }[name]
 

@@ -168,7 +168,8 @@ def parse_mountinfo_cgroups(text: str) -> list[CgroupMount]:
         if len(fields) < 5 or len(rfields) < 3:
             continue
         fstype, options = rfields[0], rfields[2]
-        mount_point = fields[4].replace("\\040", " ")
+        # mountinfo octal-escapes space, tab, newline and backslash (proc(5)).
+        mount_point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
         if fstype == "cgroup2":
             mounts.append(CgroupMount(mount_point, 2, ()))
         elif fstype == "cgroup":

@@ -27,7 +27,11 @@ from hostd.host.parsers import (
 
 # Scheduling policies by number (include/uapi/linux/sched.h).
 POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline", 7: "ext"}
+# GPU-driver files: holding one of these makes a process a GPU process. Render nodes are recorded
+# too (they say which AMD GPU a /dev/kfd process uses) but alone they do not count: desktop
+# programs open them.
 GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/")
+RENDER_PREFIX = "/dev/dri/renderD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +47,13 @@ class Process:
     cpuset: str  # its v1 cpuset cgroup path ("" without a v1 cpuset hierarchy)
     cmdline: str  # arguments joined by spaces; "" for kernel threads
     exe: str | None  # None for kernel threads or when not permitted to see it
-    gpu_devices: tuple[str, ...]  # GPU-driver device files it holds open, e.g. "/dev/nvidia0"
+    gpu_devices: tuple[str, ...]  # GPU-driver and render device files it holds, "/dev/nvidia0"
     nvml: bool  # NVML lists it among the GPU processes
     is_kthread: bool
 
     @property
     def gpu(self) -> bool:
-        return bool(self.gpu_devices)
+        return any(dev.startswith(GPU_DEVICE_PREFIXES) for dev in self.gpu_devices)
 
     @property
     def nvidia_minors(self) -> tuple[int, ...]:
@@ -109,7 +113,7 @@ def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
     base = f"proc/{pid}/fd/"
     for fd in host.listdir(base):
         target = host.readlink(base + fd)
-        if target and target.startswith(GPU_DEVICE_PREFIXES):
+        if target and target.startswith((*GPU_DEVICE_PREFIXES, RENDER_PREFIX)):
             found.add(target)
     return tuple(sorted(found))
 

@@ -259,7 +259,7 @@ def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str
             model = re.search(r"^Model:\s*(.+)$", info, re.MULTILINE)
             name = model.group(1).strip() if model else ""
         else:
-            renders = [d for d in host.listdir(base + "drm") if d.startswith("renderD")]
+            renders = sorted(d for d in host.listdir(base + "drm") if d.startswith("renderD"))
             minor = int(renders[0][len("renderD") :]) if renders else None
         found.append((pci, vendor, minor, name))
     gpus: list[Gpu] = []
