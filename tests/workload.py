@@ -4,7 +4,8 @@
 renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children that keep the name
 ``python3`` with threads ``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and
 OpenMP-like ``python3`` threads; and ``pt_data_worker`` processes under each rank. Everything
-sleeps; leaving the context kills the whole tree and reaps it.
+sleeps; leaving the context kills the whole tree and reaps it. SIGUSR1 to a rank renames its
+``gloo_tcp_loop`` thread to ``python3``, SIGUSR2 renames it back.
 """
 
 from __future__ import annotations
@@ -67,7 +68,12 @@ _CHILD = textwrap.dedent(
         while True:
             time.sleep(3600)
     else:  # rank
-        spawn_threads(["gloo_tcp_loop", "pt_gloo_runloop", "pt_nccl_watchdg", "python3"])
+        import signal
+        named = spawn_threads(["gloo_tcp_loop", "pt_gloo_runloop", "pt_nccl_watchdg", "python3"])
+        # SIGUSR1/SIGUSR2: the comm thread renames itself away and back (only threads of the
+        # same process may rename each other), as PyTorch threads do after start.
+        signal.signal(signal.SIGUSR1, lambda *_: rename("python3", named[0]))
+        signal.signal(signal.SIGUSR2, lambda *_: rename("gloo_tcp_loop", named[0]))
         worker_pids = []
         for _ in range(workers):
             pid = os.fork()

@@ -322,3 +322,27 @@ def test_race_5000_short_lived_threads_while_applying(tmp_path):
     finally:
         os.killpg(churn.pid, signal.SIGKILL)
         churn.wait()
+
+
+def test_a_renamed_thread_moves_layers_and_still_restores_to_its_first_original(tmp_path):
+    with TrainingJob(ranks=1, workers=0) as job:
+        before = host_state(job)
+        rank = job.ranks[0]
+        gloo = next(t for t in job.tids(rank) if _read(f"/proc/{t}/comm") == "gloo_tcp_loop")
+        agent = Agent(tmp_path, job)
+        try:
+            agent.wait_passes(1)
+            assert _thread_state(gloo)[1] == os.SCHED_RR | os.SCHED_RESET_ON_FORK
+            os.kill(rank, signal.SIGUSR1)  # it renames itself "python3": now a trainer thread
+            n = agent.status()["passes"]
+            agent.wait_passes(n + 2)
+            state = _thread_state(gloo)
+            assert state[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and state[2] == 10
+            assert state[4] == "/hostd/trainer" and len(state[0]) == 1
+        finally:
+            log = agent.stop()
+        os.kill(rank, signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while _read(f"/proc/{gloo}/comm") != "gloo_tcp_loop" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert host_state(job) == before, log
