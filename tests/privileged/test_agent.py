@@ -140,7 +140,7 @@ def _effects(job: TrainingJob) -> None:
     assert comms["gloo_tcp_loop"][2] == 15
     assert own not in comms["gloo_tcp_loop"][0]  # open layers use the pool
     for worker in job.workers:
-        assert _thread_state(worker)[3] == -5
+        assert _thread_state(worker)[1] == os.SCHED_BATCH and _thread_state(worker)[3] == 5
     assert _thread_state(job.launcher)[1] == os.SCHED_IDLE
     # IRQs: off the trainer's CPU, except kernel-managed ones that refuse.
     moved = [
