@@ -59,7 +59,7 @@ def get_host(root: str) -> Host:
     return Host(root)
 
 
-def snapshot(policy_path: str | None, root: str) -> Snapshot:
+def snapshot(policy_path: str | None, root: str, scope: list[int] | None = None) -> Snapshot:
     """Load the policy and the host (exiting 2 on bad input), then take one snapshot."""
     policy = get_policy(policy_path)
-    return take(get_host(root), policy)
+    return take(get_host(root), policy, scope or None)

@@ -18,10 +18,13 @@ def plan(
     policy: str = PolicyOpt,
     root: str = RootOpt,
     tasks: bool = typer.Option(False, "--tasks", "-t", help="List every thread decision."),
+    scope_pid: list[int] = typer.Option(
+        [], "--scope-pid", help="Plan only for this process and its descendants (as run does)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run)."""
-    snap = snapshot(policy, root)
+    snap = snapshot(policy, root, scope_pid)
     p = snap.plan()
     if as_json:
         print_json(p.to_json())

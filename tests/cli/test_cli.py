@@ -75,7 +75,7 @@ def test_classify_explain_and_plan_a_live_training_job():
         ex = json.loads(hostd("explain", rank, "--json").stdout)
         assert ex["thread"]["parent_comm"] == "pt_elastic"
         assert ex["layers"][-1]["matched"] is True
-        plan = json.loads(hostd("plan", "--json").stdout)
+        plan = json.loads(hostd("plan", "--json", "--scope-pid", str(job.launcher)).stdout)
         layers = {layer["name"]: layer for layer in plan["layers"]}
         if expected_rt:
             assert layers["trainer"]["threads"] >= 4
