@@ -112,7 +112,7 @@ def thread(
     tid = proc.pid if tid is None else tid
     return Task(
         tid, 5000 + tid, comm or proc.comm, "S", uid, gid, nice, policy, 0,
-        affinity if affinity is not None else online, 0, 0, 0, 0, 0, proc,
+        affinity if affinity is not None else online, 0, 0, 0, proc,
     )  # fmt: skip
 
 

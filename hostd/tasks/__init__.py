@@ -7,7 +7,8 @@ tid is never mistaken for an earlier thread. A task that exits while it is being
 out, never an error. Called by the CLI commands and the benchmark; the agent (issue 4) will
 refresh the same values incrementally.
 
-Per-thread cost is two reads (stat, status); see FACTS.md for the measured costs behind that
+Per-thread cost is one read (stat) and one sched_getaffinity(2); status (credentials), cgroup,
+cmdline, exe and fds are read once per process. See FACTS.md for the measured costs behind that
 choice and BENCHMARKS.md for the full pass.
 """
 
@@ -66,9 +67,10 @@ class Process:
         return tuple(sorted(minors))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Task:
-    """One thread."""
+    """One thread. (Not frozen, only because frozen construction costs 1 us more, 100k times a
+    pass; treat it as a value.)"""
 
     tid: int
     start_time: int
@@ -82,8 +84,6 @@ class Task:
     affinity: frozenset[int]
     utime: int
     stime: int
-    voluntary_ctxt_switches: int
-    nonvoluntary_ctxt_switches: int
     processor: int
     process: Process
 
@@ -182,31 +182,38 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
     if pids is None:
         pids = [int(e) for e in host.listdir("proc") if e.isdigit()]
     procs: dict[int, Process] = {}
-    raw_tasks: list[tuple[int, Stat, Status, int]] = []
+    creds: dict[int, Status] = {}
+    raw_tasks: list[tuple[int, Stat, frozenset[int], int]] = []
+    read, affinity = host.read, host.affinity
     for pid in pids:
         try:
             proc = _read_process(host, pid, nvml_pids, read_fds)
+            status_text = read(f"proc/{pid}/task/{pid}/status")
         except (OSError, ValueError, IndexError):
             continue  # unreadable or half-written: treated as gone for this pass
-        if proc is None:
+        if proc is None or status_text is None:
             continue
         procs[pid] = proc
+        # Credentials are the process's: threads share them (a thread that changed its own
+        # with a raw setresuid syscall is the rare exception this does not see).
+        creds[pid] = parse_status(status_text)
         for entry in host.listdir(f"proc/{pid}/task"):
             if not entry.isdigit():
                 continue
-            base = f"proc/{pid}/task/{entry}/"
+            tid = int(entry)
             try:
-                stat_text = host.read(base + "stat")
-                status_text = host.read(base + "status") if stat_text is not None else None
-                if stat_text is None or status_text is None:
+                stat_text = read(f"proc/{pid}/task/{entry}/stat")
+                if stat_text is None:
                     continue
                 stat = parse_stat(stat_text)
-                status = parse_status(status_text)
             except (OSError, ValueError, IndexError):
                 continue
             if stat.state in ("Z", "X"):
                 continue  # exited, not yet reaped: nothing to change on it
-            raw_tasks.append((int(entry), stat, status, pid))
+            cpus = affinity(pid, tid)
+            if cpus is None:
+                continue
+            raw_tasks.append((tid, stat, cpus, pid))
 
     # The parent's comm: from this snapshot, or one extra read for a parent outside it.
     comms = {pid: p.comm for pid, p in procs.items()}
@@ -224,20 +231,18 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
             start_time=stat.start_time,
             comm=stat.comm,
             state=stat.state,
-            uid=status.uid,
-            gid=status.gid,
+            uid=creds[pid].uid,
+            gid=creds[pid].gid,
             nice=stat.nice,
             policy=stat.policy,
             rt_priority=stat.rt_priority,
-            affinity=status.cpus_allowed,
+            affinity=cpus,
             utime=stat.utime,
             stime=stat.stime,
-            voluntary_ctxt_switches=status.voluntary_ctxt_switches,
-            nonvoluntary_ctxt_switches=status.nonvoluntary_ctxt_switches,
             processor=stat.processor,
             process=procs[pid],
         )
-        for tid, stat, status, pid in raw_tasks
+        for tid, stat, cpus, pid in raw_tasks
     ]
     tasks.sort(key=lambda t: t.tid)
     return tasks

@@ -76,8 +76,6 @@ def make_task(
         affinity=frozenset(range(4)),
         utime=0,
         stime=0,
-        voluntary_ctxt_switches=0,
-        nonvoluntary_ctxt_switches=0,
         processor=0,
         process=process,
     )

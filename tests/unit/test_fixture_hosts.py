@@ -470,8 +470,6 @@ TASK_CASES = [
             "is_leader": True,
             "uid": 1000,
             "utime": 182_000,
-            "voluntary_ctxt_switches": 1_200_000,
-            "nonvoluntary_ctxt_switches": 48_000,
             "processor": 3,
             "process.parent_comm": "pt_elastic",
             "process.ppid": 4000,
