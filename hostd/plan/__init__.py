@@ -39,6 +39,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from hostd.classify import Classified
 from hostd.cpuset import format_cpulist
@@ -47,6 +48,7 @@ from hostd.tasks import Process
 from hostd.topology import Topology
 
 PLAN_FORMAT = 1
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,9 @@ class LayerPlan:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class TaskPlan:
+class TaskPlan(NamedTuple):
+    """One thread's decisions (a NamedTuple: built up to 100k times a pass)."""
+
     tid: int
     start_time: int
     pid: int
@@ -433,8 +436,10 @@ def plan(
     if not allow_rt and any(ly.sched.realtime for ly in policy.layers):
         notes.append("real-time scheduling is not allowed here: RT layers get nice -20 instead")
 
-    # Per-thread decisions.
+    # Per-thread decisions. The affinity depends only on (layer, node, base affinity): memoized,
+    # since at 100k threads most share all three.
     node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
+    memo: dict[tuple, frozenset[int] | None] = {}
     task_plans: list[TaskPlan] = []
     numa_plans: dict[int, NumaPlan] = {}
     for item in touchable:
@@ -447,15 +452,18 @@ def plan(
         else:
             allowed = own | pool
         node = targets.get(task.pid) if multi_node else None
-        if node is not None:
-            allowed = (allowed & node_cpus[node]) or allowed
-            if task.pid not in numa_plans:
-                numa_plans[task.pid] = NumaPlan(
-                    task.pid, task.process.start_time, task.process.comm, layer.name, node
-                )
+        if node is not None and task.pid not in numa_plans:
+            numa_plans[task.pid] = NumaPlan(
+                task.pid, task.process.start_time, task.process.comm, layer.name, node
+            )
         base = (base_affinity or {}).get(task.key, task.affinity)
-        desired = (allowed & base) or allowed
-        affinity = None if desired == base else desired
+        memo_key = (layer.name, node, base)
+        affinity = memo.get(memo_key, _MISSING)
+        if affinity is _MISSING:
+            if node is not None:
+                allowed = (allowed & node_cpus[node]) or allowed
+            desired = (allowed & base) or allowed
+            affinity = memo[memo_key] = None if desired == base else desired
         cs = cpuset_of.get(layer.name)
         cpuset = None
         if cs is not None and task.process.cpuset in ("/", cs.path):

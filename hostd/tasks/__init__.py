@@ -185,6 +185,7 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
     creds: dict[int, Status] = {}
     raw_tasks: list[tuple[int, Stat, frozenset[int], int]] = []
     read, affinity = host.read, host.affinity
+    interned: dict[frozenset[int], frozenset[int]] = {}
     for pid in pids:
         try:
             proc = _read_process(host, pid, nvml_pids, read_fds)
@@ -213,7 +214,9 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
             cpus = affinity(pid, tid)
             if cpus is None:
                 continue
-            raw_tasks.append((tid, stat, cpus, pid))
+            # Most threads share a handful of affinities: keep one copy of each (memory, and
+            # the planner's per-affinity memo hits by identity).
+            raw_tasks.append((tid, stat, interned.setdefault(cpus, cpus), pid))
 
     # The parent's comm: from this snapshot, or one extra read for a parent outside it.
     comms = {pid: p.comm for pid, p in procs.items()}
