@@ -27,7 +27,8 @@ __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeabl
 ThreadCalls = ModuleType  # hostd.host.syscalls: get/set affinity, sched, nice, move_pages
 
 _PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_READ_CHUNK = 1 << 16
+_READ_CHUNK = 4096
+_O_READ = os.O_RDONLY | os.O_CLOEXEC
 
 
 class Host:
@@ -54,21 +55,26 @@ class Host:
 
         Raises NotPermitted on EPERM/EACCES and HostError for anything unexpected.
         """
+        # The hot path of a scan (once per thread): kept lean on purpose.
         path = self._prefix + rel
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, _O_READ)
         except OSError as exc:
             err = from_oserror(exc, path)
             if isinstance(err, Gone):
                 return None
             raise err from None
         try:
-            # One read is enough for almost every kernel file; loop only when it filled up.
-            chunk = os.read(fd, _READ_CHUNK)
-            chunks = [chunk]
-            while len(chunk) == _READ_CHUNK:
-                chunk = os.read(fd, _READ_CHUNK)
-                chunks.append(chunk)
+            # One small read is enough for most kernel files; loop only when it filled up.
+            data = os.read(fd, _READ_CHUNK)
+            if len(data) == _READ_CHUNK:
+                chunks = [data]
+                while True:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                data = b"".join(chunks)
         except OSError as exc:
             err = from_oserror(exc, path)
             if isinstance(err, Gone):
@@ -76,7 +82,7 @@ class Host:
             raise err from None
         finally:
             os.close(fd)
-        return b"".join(chunks).decode("utf-8", "replace")
+        return data.decode("utf-8", "replace")
 
     def read_quiet(self, rel: str) -> str | None:
         """Like ``read`` but a refused read is None too (for optional, best-effort values)."""
