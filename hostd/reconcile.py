@@ -91,7 +91,7 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
         if tp.nice is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
     for np_ in plan.numa:
-        want[knobs.task_key(np_.pid, np_.start_time, "numa")] = np_.node
+        want[knobs.task_key(np_.pid, np_.start_time, "numa")] = [np_.node, np_.method]
     for ip in plan.irqs:
         want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
     for cp in plan.cpufreq:

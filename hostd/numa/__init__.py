@@ -87,15 +87,28 @@ def move_process(host: Host, pid: int, node: int, *, budget_s: float = BUDGET_S)
     return MoveReport(len(pages), moved, failed, batches, longest)
 
 
-def _read(host: Host, key: str) -> int:
+def migrate_process(host: Host, pid: int, node: int) -> int:
+    """Everything at once, in the kernel (migrate_pages(2)); returns pages it could not move."""
+    others = frozenset(pages_by_node(host, pid)) - {node}
+    if not others:
+        return 0
+    return host.threads().migrate_pages(pid, others, frozenset({node}))
+
+
+def _read(host: Host, key: str) -> list:
+    """[the node holding most of its pages, None]: the method is how, not what."""
     pid = knobs.live_tid(host, key)
     counts = pages_by_node(host, pid)
-    return max(counts, key=lambda n: (counts[n], -n)) if counts else 0
+    return [max(counts, key=lambda n: (counts[n], -n)) if counts else 0, None]
 
 
 def _write(host: Host, key: str, value: object) -> None:
+    node, method = value  # type: ignore[misc]
     pid = knobs.live_tid(host, key)
-    report = move_process(host, pid, int(value))  # type: ignore[arg-type]
+    if method == "migrate_pages":
+        migrate_process(host, pid, int(node))
+        return
+    report = move_process(host, pid, int(node))
     if report.pages and not report.moved:
         raise HostError(errno.EAGAIN, key, f"none of {report.pages} pages could be moved")
 

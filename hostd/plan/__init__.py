@@ -113,6 +113,7 @@ class NumaPlan:
     comm: str
     layer: str
     node: int
+    method: str = "move_pages"  # or "migrate_pages": the layer's numa_migrate
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +207,7 @@ class Plan:
                     "comm": np_.comm,
                     "layer": np_.layer,
                     "node": np_.node,
+                    "method": np_.method,
                 }
                 for np_ in self.numa
             ],
@@ -454,8 +456,9 @@ def plan(
         node = targets.get(task.pid) if multi_node else None
         if node is not None and task.pid not in numa_plans:
             numa_plans[task.pid] = NumaPlan(
-                task.pid, task.process.start_time, task.process.comm, layer.name, node
-            )
+                task.pid, task.process.start_time, task.process.comm, layer.name, node,
+                layer.numa_migrate,
+            )  # fmt: skip
         base = (base_affinity or {}).get(task.key, task.affinity)
         memo_key = (layer.name, node, base)
         affinity = memo.get(memo_key, _MISSING)

@@ -171,6 +171,7 @@ class Layer:
     min_freq: str | None = None  # "max", "NN%" of the hardware maximum, or kHz as digits
     epp: str | None = None
     irqs: str = "allow"
+    numa_migrate: str = "move_pages"  # how memory follows: batched move_pages, or migrate_pages
 
     @property
     def catch_all(self) -> bool:
@@ -421,7 +422,7 @@ class _Checker:
     def layer(self, value: object, key: str) -> Layer:
         allowed = (
             "name", "comment", "match", "kind", "cpus", "sched", "numa", "governor",
-            "min_freq", "epp", "irqs",
+            "min_freq", "epp", "irqs", "numa_migrate",
         )  # fmt: skip
         data = self.table(value, key, allowed)
         for required in ("name", "comment", "match"):
@@ -461,6 +462,11 @@ class _Checker:
         )
         epp = self.choice(data["epp"], f"{key}.epp", EPP_VALUES) if "epp" in data else None
         irqs = self.choice(data.get("irqs", "allow"), f"{key}.irqs", IRQ_MODES)
+        migrate = self.choice(
+            data.get("numa_migrate", "move_pages"),
+            f"{key}.numa_migrate",
+            ("move_pages", "migrate_pages"),
+        )
         if kind == "open" and (governor or min_freq or epp or irqs == "avoid"):
             raise self.fail(
                 key,
@@ -470,7 +476,7 @@ class _Checker:
             )
         layer = Layer(
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
-            epp, irqs,
+            epp, irqs, migrate,
         )  # fmt: skip
         if sched.realtime:
             for i, group in enumerate(match):

@@ -54,5 +54,7 @@ def test_absent_node_is_a_clean_error(holder):
 def test_numa_knob_reads_the_majority_node(holder):
     host = Host()
     key = knobs.task_key(holder, host.start_time(holder), "numa")
-    assert knobs.read(host, key) == 0
-    knobs.write(host, key, 0)  # moving to where it is: a no-op that succeeds
+    assert knobs.read(host, key) == [0, None]
+    knobs.write(host, key, [0, "move_pages"])  # moving to where it is: a no-op that succeeds
+    knobs.write(host, key, [0, "migrate_pages"])
+    assert set(pages_by_node(host, holder)) == {0}
