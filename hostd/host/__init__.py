@@ -158,9 +158,14 @@ class Host:
 
     # -- threads -----------------------------------------------------------------------------
     def start_time(self, tid: int) -> int | None:
-        """A thread's start time (clock ticks after boot), or None when it is gone."""
+        """A thread's start time (clock ticks after boot), or None when it is gone.
+
+        Reads ``proc/TID/task/TID/stat``: for a thread that is not a group leader,
+        ``proc/TID/stat`` is the whole group's file, which the kernel builds by walking every
+        thread (about 0.5 ms in a 5,000-thread process, against 10 us; BENCHMARKS.md).
+        """
         try:
-            text = self.read(f"proc/{tid}/stat")
+            text = self.read(f"proc/{tid}/task/{tid}/stat")
         except OSError:
             return None
         return None if text is None else parse_stat(text).start_time
