@@ -209,7 +209,7 @@ class Agent:
             self.passes,
             self.mode,
             elapsed,
-            " ".join(f"{k}={v}" for k, v in sorted(counts.items())),
+            " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing-to-do=1",
         )
         for r in report.results:
             if r.outcome in ("error",):
