@@ -1,9 +1,9 @@
 """What this host allows hostd to do: probes, plain-language findings, and the feature switches.
 
-``probe(host)`` checks each mechanism without leaving a trace (a forked child tries SCHED_FIFO
-on itself; an IRQ gets its own current affinity written back; a netlink socket is opened and
-closed) and returns ``Capabilities``: what ``hostd run`` will use, feature by feature, and one
-``Finding`` per probe for ``hostd doctor``. The agent degrades by these switches instead of
+``probe(host)`` checks each mechanism without leaving a trace (a forked child tries
+SCHED_FIFO on itself; move_pages is asked where one of hostd's own pages is; a netlink socket is
+opened and closed; IRQs are not written) and returns ``Capabilities``: what ``hostd run`` will
+use, feature by feature, and one ``Finding`` per probe for ``hostd doctor``. The agent degrades by these switches instead of
 failing: no RT means RT layers get nice -20; no cpuset means affinity only; unwritable IRQs or
 missing cpufreq mean those parts of the plan are skipped.
 """
@@ -16,6 +16,7 @@ import socket
 from dataclasses import dataclass, field
 
 from hostd.host import Host, HostError
+from hostd.numa import private_pages
 from hostd.topology import Topology, read_cgroup_layout
 
 # Capability bits (include/uapi/linux/capability.h).
@@ -105,8 +106,8 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
             )
         )
     caps.sched = caps.affinity = live
-    caps.cpuset = read_cgroup_layout(host).cpuset if root else "none"
     layout = read_cgroup_layout(host)
+    caps.cpuset = layout.cpuset if root else "none"
     if layout.cpuset == "v1":
         f.append(
             Finding(
@@ -152,26 +153,16 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
     else:
         caps.rt = False
 
+    # No test write: rewriting an IRQ's mask can move its effective CPU, a change nobody asked
+    # for. Kernel-managed IRQs show themselves on the agent's first write, and are remembered.
     irqs = [e for e in host.listdir("proc/irq") if e.isdigit()]
-    writable = refused = 0
-    if root:
-        for irq in irqs:
-            rel = f"proc/irq/{irq}/smp_affinity_list"
-            current = host.read_line(rel)
-            if current is None:
-                continue
-            try:
-                host.write(rel, current)  # the same value: a no-op that shows what refuses
-                writable += 1
-            except HostError:
-                refused += 1
-    caps.irqs = writable > 0
+    caps.irqs = root and bool(irqs)
     f.append(
         Finding(
             "IRQs",
             caps.irqs,
-            f"{writable} of {writable + refused} IRQs accept an "
-            "affinity" + (f"; {refused} are kernel-managed" if refused else "")
+            f"{len(irqs)} IRQs; kernel-managed ones refuse on the first write and are then left "
+            "alone"
             if root
             else "IRQ affinity needs root",
         )
@@ -193,14 +184,8 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
     nodes = [e for e in host.listdir("sys/devices/system/node") if e.startswith("node")]
     caps.numa_nodes = max(1, len(nodes))
     if live:
-        from hostd.host import syscalls
-
-        try:
-            buf = bytearray(1)
-            import ctypes
-
-            addr = ctypes.addressof((ctypes.c_char * 1).from_buffer(buf))
-            syscalls.move_pages(os.getpid(), [addr & ~(os.sysconf("SC_PAGE_SIZE") - 1)], None)
+        try:  # ask where one of our own pages is: a query, it moves nothing
+            host.threads().move_pages(os.getpid(), private_pages(host, os.getpid())[:1], None)
             caps.move_pages = True
         except HostError as exc:
             caps.move_pages = False

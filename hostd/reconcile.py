@@ -27,6 +27,7 @@ from hostd import knobs
 from hostd.cpuset import format_cpulist
 from hostd.cpuset.cgroup import group_key
 from hostd.host import Host, HostError
+from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal
 from hostd.plan import Plan
 from hostd.tasks import Task
@@ -107,7 +108,7 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
 def observed_state(tasks: Iterable[Task]) -> dict[str, object]:
     """Task knob values already known from the snapshot (saves a syscall per thread)."""
     seen: dict[str, object] = {}
-    names = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle"}
+    names = POLICY_NAMES  # the policies hostd sets; deadline and ext threads are read if wanted
     for t in tasks:
         seen[knobs.task_key(t.tid, t.start_time, "affinity")] = format_cpulist(t.affinity)
         seen[knobs.task_key(t.tid, t.start_time, "nice")] = t.nice

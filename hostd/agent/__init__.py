@@ -300,7 +300,12 @@ class Agent:
                 if self._reload:
                     self._reload = False
                     self.reload()
-                report = self.pass_once()
+                try:
+                    report = self.pass_once()
+                except Exception:  # a bug or a full disk must not leave the host half-changed
+                    log.exception("pass failed; the journal is intact, the next pass retries")
+                    if once:
+                        raise
                 if once or self._stop:
                     break
                 ready, _, _ = select.select([self._wake_r], [], [], self.policy.interval)

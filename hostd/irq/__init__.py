@@ -8,6 +8,7 @@ reconciler, never retried.
 from __future__ import annotations
 
 import errno
+import os
 
 from hostd import knobs
 from hostd.cpuset import format_cpulist, parse_cpulist
@@ -29,16 +30,10 @@ def _write(host: Host, key: str, value: object) -> None:
     try:
         host.write(f"proc/irq/{_irq(key)}/smp_affinity_list", str(value))
     except NotPermitted as exc:
-        if host.live and _is_root():
+        if host.live and os.geteuid() == 0:
             # Root was refused: a managed IRQ (some kernels say EPERM instead of EIO).
             raise Unchangeable(exc.errno or errno.EPERM, key, "kernel-managed IRQ") from None
         raise
-
-
-def _is_root() -> bool:
-    import os
-
-    return os.geteuid() == 0
 
 
 IRQ = knobs.register(knobs.Knob("irq", _read, _write))
