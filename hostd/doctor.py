@@ -10,19 +10,16 @@ affinity only; no IRQ access or no cpufreq means those parts of the plan are ski
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 from dataclasses import dataclass, field
 
 from hostd.host import Host, HostError
+from hostd.host.connector import ProcConnector
 from hostd.numa import private_pages
 from hostd.topology import Topology, read_cgroup_layout
 
 # Capability bits (include/uapi/linux/capability.h).
 CAPS = {"CAP_SYS_NICE": 23, "CAP_SYS_ADMIN": 21, "CAP_DAC_OVERRIDE": 1}
-NETLINK_CONNECTOR = 11
-CN_IDX_PROC = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +211,15 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
 
     if live:
         try:
-            with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR) as s:
-                s.bind((os.getpid(), CN_IDX_PROC))
-            caps.proc_connector = True
-            detail = "netlink proc connector can be bound (event source of a later release)"
+            with ProcConnector(rcvbuf=64 * 1024, timeout=0.3) as conn:
+                caps.proc_connector = True
+                detail = "subscribed and acknowledged: new and renamed threads are handled " + (
+                    "within milliseconds (kernel event filter on)"
+                    if conn.filtered
+                    else "within milliseconds (no event filter before kernel 6.6)"
+                )
         except OSError as exc:
-            detail = f"proc connector unavailable ({os.strerror(exc.errno or errno.EPERM)})"
+            detail = f"{exc.strerror or exc}: hostd polls /proc every [agent] interval instead"
         f.append(Finding("proc connector", caps.proc_connector, detail))
         try:
             import pyudev  # noqa: F401

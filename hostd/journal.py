@@ -62,6 +62,7 @@ class Journal:
         self.records: dict[str, Record] = {}
         self.dropped_old_boot = 0
         self._done_lines = 0
+        self._fd: int | None = None
         self._load()
 
     # -- reading -----------------------------------------------------------------------------
@@ -108,22 +109,31 @@ class Journal:
         return list(self.records)
 
     # -- writing -----------------------------------------------------------------------------
-    def _append(self, lines: list[str]) -> None:
+    def _append(self, lines: list[str], sync: bool = True) -> None:
+        """Append lines; ``sync``: durable (fdatasync) before returning. The file stays open
+        between appends: the agent appends on every event pass."""
         if not lines:
             return
-        created = not self.path.exists()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            data = "".join(line + "\n" for line in lines).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            _fsync_dir(self.dir)
+        if self._fd is None or not self.path.exists():
+            self.close()
+            created = not self.path.exists()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(
+                self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+            if created:
+                _fsync_dir(self.dir)
+        data = "".join(line + "\n" for line in lines).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        if sync:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def record(self, originals: list[tuple[str, Value]]) -> None:
         """Durably record originals of keys not yet recorded. Call before writing the knobs."""
@@ -150,17 +160,21 @@ class Journal:
         self._append(lines)
 
     def done(self, keys: list[str]) -> None:
-        """Close records (restored, or their thread is gone)."""
+        """Close records (restored, or their thread is gone). Not synced: a lost done line
+        only makes a later restore find the knob already back, or its thread gone."""
         keys = [k for k in keys if k in self.records]
         for key in keys:
             del self.records[key]
         self._done_lines += len(keys)
-        self._append([json.dumps({"key": k, "done": True}, separators=(",", ":")) for k in keys])
+        self._append(
+            [json.dumps({"key": k, "done": True}, separators=(",", ":")) for k in keys], sync=False
+        )
         if self._done_lines > 1000 and self._done_lines > len(self.records):
             self.compact()
 
     def compact(self) -> None:
         """Rewrite the journal with only open records: temp file, fsync, rename, fsync dir."""
+        self.close()
         self.dir.mkdir(parents=True, exist_ok=True)
         if not self.records:
             if self.path.exists():

@@ -29,7 +29,7 @@ from hostd.cpuset.cgroup import group_key
 from hostd.host import Host, HostError
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal
-from hostd.plan import Plan
+from hostd.plan import NumaPlan, Plan, TaskPlan
 from hostd.tasks import Task
 
 # Apply order: cgroups before the threads that go in them, membership before affinity (joining
@@ -78,7 +78,25 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
                 "cpus": format_cpulist(cs.cpus),
                 "mems": format_cpulist(cs.mems),
             }
-    for tp in plan.tasks:
+    want.update(desired_for_tasks(plan.tasks, plan.numa))
+    for ip in plan.irqs:
+        want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
+    for cp in plan.cpufreq:
+        if cp.governor:
+            want[f"cpu/{cp.cpu}/scaling_governor"] = cp.governor
+        if cp.min_freq:
+            want[f"cpu/{cp.cpu}/scaling_min_freq"] = cp.min_freq
+        if cp.epp:
+            want[f"cpu/{cp.cpu}/energy_performance_preference"] = cp.epp
+    return want
+
+
+def desired_for_tasks(
+    task_plans: Iterable[TaskPlan], numa_plans: Iterable[NumaPlan] = ()
+) -> dict[str, object]:
+    """The knob values of these threads' plans (and their processes' NUMA placement)."""
+    want: dict[str, object] = {}
+    for tp in task_plans:
         if tp.cpuset is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "cpuset")] = tp.cpuset
         if tp.affinity is not None:
@@ -91,17 +109,8 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
             ]
         if tp.nice is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
-    for np_ in plan.numa:
+    for np_ in numa_plans:
         want[knobs.task_key(np_.pid, np_.start_time, "numa")] = [np_.node, np_.method]
-    for ip in plan.irqs:
-        want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
-    for cp in plan.cpufreq:
-        if cp.governor:
-            want[f"cpu/{cp.cpu}/scaling_governor"] = cp.governor
-        if cp.min_freq:
-            want[f"cpu/{cp.cpu}/scaling_min_freq"] = cp.min_freq
-        if cp.epp:
-            want[f"cpu/{cp.cpu}/energy_performance_preference"] = cp.epp
     return want
 
 
@@ -144,13 +153,16 @@ def reconcile(
     want: dict[str, object],
     observed: dict[str, object],
     *,
-    live_keys: set[tuple[int, int]],
+    live_keys: set[tuple[int, int]] | None = None,
     unchangeable: set[str],
+    only: Iterable[tuple[int, int]] | None = None,
 ) -> PassReport:
     """Make the host match ``want``. ``journal`` None means observe mode: decide, never write.
 
     ``live_keys``: (tid, start_time) of every thread in the snapshot, to close journal records
     of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
+    ``only``: the threads an event pass looked at; knobs of other threads and host knobs are
+    left as they are (their absence from ``want`` means "not looked at", not "not wanted").
     """
     report = PassReport()
     changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
@@ -178,10 +190,15 @@ def reconcile(
     giveback: list[str] = []
     if journal is not None:
         gone = []
-        for key in journal.recorded():
+        candidates = journal.recorded() if only is None else task_records(journal, only)
+        for key in candidates:
             if key in want:
                 continue
-            if knobs.is_task_key(key) and knobs.parse_task_key(key) not in live_keys:
+            if (
+                live_keys is not None
+                and knobs.is_task_key(key)
+                and knobs.parse_task_key(key) not in live_keys
+            ):
                 gone.append(key)
                 continue
             giveback.append(key)
@@ -223,6 +240,17 @@ def reconcile(
 
 
 _UNKNOWN = object()
+TASK_KINDS = ("cpuset", "affinity", "sched", "nice", "numa")
+
+
+def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str]:
+    """The journal's keys for these (tid, start_time) threads."""
+    return [
+        key
+        for tid, start in tasks
+        for kind in TASK_KINDS
+        if (key := knobs.task_key(tid, start, kind)) in journal
+    ]
 
 
 def _restore_order(keys: list[str]) -> list[str]:

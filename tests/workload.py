@@ -5,7 +5,9 @@ renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children that
 ``python3`` with threads ``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and
 OpenMP-like ``python3`` threads; and ``pt_data_worker`` processes under each rank. Everything
 sleeps; leaving the context kills the whole tree and reaps it. SIGUSR1 to a rank renames its
-``gloo_tcp_loop`` thread to ``python3``, SIGUSR2 renames it back.
+``gloo_tcp_loop`` thread to ``python3``, SIGUSR2 renames it back; ``job.new_thread(rank)``
+makes it start a ``pt_nccl_heartbt`` thread and ``job.new_worker(rank)`` fork one more
+``pt_data_worker`` (things a job does after start, for the event-driven tests).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ _CHILD = textwrap.dedent(
         signal.signal(signal.SIGUSR1, lambda *_: rename("python3", named[0]))
         signal.signal(signal.SIGUSR2, lambda *_: rename("gloo_tcp_loop", named[0]))
         worker_pids = []
-        for _ in range(workers):
+
+        def new_worker():
             pid = os.fork()
             if pid == 0:
                 rename("pt_data_worker")
@@ -83,6 +86,11 @@ _CHILD = textwrap.dedent(
                 while True:
                     time.sleep(3600)
             worker_pids.append(pid)
+
+        for _ in range(workers):
+            new_worker()
+        signal.signal(signal.SIGRTMIN, lambda *_: spawn_threads(["pt_nccl_heartbt"]))
+        signal.signal(signal.SIGRTMIN + 1, lambda *_: new_worker())
         # Wait until the workers have renamed themselves.
         for pid in worker_pids:
             for _ in range(500):
@@ -140,6 +148,14 @@ class TrainingJob:
 
     def tids(self, pid: int) -> list[int]:
         return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+    def new_thread(self, rank: int) -> None:
+        """The rank starts a ``pt_nccl_heartbt`` thread (find it with ``tids``)."""
+        os.kill(rank, signal.SIGRTMIN)
+
+    def new_worker(self, rank: int) -> None:
+        """The rank forks one more ``pt_data_worker`` process (a child: find it in /proc)."""
+        os.kill(rank, signal.SIGRTMIN + 1)
 
     def __exit__(self, *exc: object) -> None:
         if self._proc is None:

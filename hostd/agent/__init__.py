@@ -1,19 +1,35 @@
-"""The agent: observe -> classify -> plan -> diff -> journal -> apply -> report, in a loop.
+"""The agent: observe -> classify -> plan -> diff -> journal -> apply -> report, driven by events.
 
-``Agent.pass_once()`` runs one pass (``hostd run --once``); ``Agent.run()`` repeats it every
-``[agent] interval`` seconds until SIGTERM/SIGINT, then restores everything it changed (unless
-the policy says ``restore_on_exit = false``). SIGHUP reloads the policy (a bad new policy keeps
-the old one, and says why); SIGUSR1 wakes the agent at once (``hostd enable``/``disable`` use
-it). Files:
+``Agent.pass_once()`` runs one full pass (``hostd run --once``): topology, every thread, the
+whole plan. ``Agent.run()`` then waits on its event sources in one ``select`` loop:
+
+* **proc connector** (``hostd.host.connector``): fork, exec, comm and exit events. Pending
+  events are drained and coalesced per thread (a bounded batch), then ``event_pass`` re-reads
+  just those threads (one stat and one sched_getaffinity each), classifies them, decides them
+  with the last full plan's ``TaskPlanner`` and applies the difference: milliseconds, however
+  many threads the host has. A lost event (ENOBUFS) triggers a full rescan.
+* **device events** (``hostd.host.uevents``): a CPU going offline or online, a PCI or network
+  device coming or going: a full pass with the topology read again (a CPU back online also
+  gets back the v1 cpusets the kernel emptied).
+* **timers**: a full rescan for drift (someone else changed a knob hostd owns; a thread whose
+  event was missed) every ``[agent] rescan_interval`` seconds, stretched to 100 times the cost
+  of a rescan so it never takes more than 1% of a CPU; without the connector (a container
+  without the host's pid namespace, or ``[agent] source = "poll"``), a full pass every
+  ``[agent] interval`` seconds instead. When events change a layer's thread count enough to
+  change its CPU share, a full re-plan follows, at most one per 20 times its cost.
+
+SIGTERM/SIGINT restore everything hostd changed (unless the policy says ``restore_on_exit =
+false``). SIGHUP reloads the policy (a bad new policy keeps the old one, and says why); SIGUSR1
+runs a full pass at once (``hostd enable``/``disable`` use it). Files:
 
 * ``STATE_DIR/journal.jsonl``: the originals (``hostd.journal``); survives a crash, so
   ``hostd restore`` works after ``kill -9``.
+* ``RUN_DIR/agent.pid`` (locked while the agent runs), ``RUN_DIR/status.json`` (written after
+  every full pass and at most once a second otherwise, read by ``hostd status``),
+  ``RUN_DIR/disabled`` (present: switched off).
+
 With ``scope`` (``hostd run --scope-pid PID``) only those processes and their descendants are
 classified and changed: a sandbox for tests, and the shape of a sidecar that manages its own job.
-
-* ``RUN_DIR/agent.pid`` (locked while the agent runs), ``RUN_DIR/status.json`` (written after
-  every pass, read by ``hostd status``), ``RUN_DIR/disabled`` (present: switched off).
-
 The agent never touches its own process, and uses the doctor's probe to leave out what the host
 does not allow (feature by feature) instead of failing.
 """
@@ -32,15 +48,37 @@ from collections import Counter
 from pathlib import Path
 
 from hostd import __version__, knobs
+from hostd.classify import Classified, Classifier
 from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.cpuset import parse_cpulist
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
+from hostd.host.connector import DEFAULT_RCVBUF, Event, Overflow, ProcConnector
+from hostd.host.syscalls import POLICY_NUMBERS
+from hostd.host.uevents import DeviceEvents
 from hostd.journal import Journal, read_boot_id
-from hostd.plan import plan
+from hostd.plan import (
+    NumaPlan,
+    Plan,
+    TaskPlan,
+    TaskPlanner,
+    layer_want,
+    may_touch,
+    plan,
+    smt_width_of,
+)
 from hostd.policy import Policy, PolicyError, insecure_reason, load_default, load_policy
-from hostd.reconcile import PassReport, desired_state, observed_state, reconcile, restore
-from hostd.snapshot import take
+from hostd.reconcile import (
+    PassReport,
+    desired_for_tasks,
+    desired_state,
+    observed_state,
+    reconcile,
+    restore,
+    task_records,
+)
+from hostd.tasks import Task, TaskCache
+from hostd.topology import Topology, read_topology
 
 log = logging.getLogger("hostd")
 
@@ -94,6 +132,8 @@ def agent_pid(run_dir: str | Path) -> int | None:
 
 
 class Agent:
+    MAX_BATCH = 8192  # events handled per event pass; the rest wait for the next one
+
     def __init__(
         self,
         host: Host,
@@ -121,8 +161,30 @@ class Agent:
         self._lock_fd: int | None = None
         self._stop = False
         self._reload = False
+        self._poke = False
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._latency_fd: int | None = None
+        # Incremental state, from the last full pass.
+        self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=scope)
+        self.classifier = Classifier(self.policy)
+        self.classified: dict[int, Classified] = {}
+        self.layer_counts: Counter[str] = Counter()
+        self.topology: Topology | None = None
+        self.plan: Plan | None = None
+        self.planner: TaskPlanner | None = None
+        self.exclude = frozenset({os.getpid()})
+        # Event sources and timers.
+        self.connector: ProcConnector | None = None
+        self.devices: DeviceEvents | None = None
+        self.source = "poll"
+        self.source_detail = ""
+        self.full_cost = 0.0  # seconds the last full pass took
+        self.last_full = 0.0  # monotonic time it ended
+        self.replan_due: float | None = None
+        self.counters: Counter[str] = Counter()
+        self._last_status = 0.0
+        self._status_counters: Counter[str] = Counter()
+        self._last_report = PassReport()
         if self.journal.dropped_old_boot:
             log.info(
                 "journal dropped=%d reason=task-records-from-an-earlier-boot",
@@ -137,7 +199,7 @@ class Agent:
     def disabled(self) -> bool:
         return (self.run_dir / "disabled").exists()
 
-    # -- one pass ------------------------------------------------------------------------------
+    # -- full pass -----------------------------------------------------------------------------
     def _cstate(self, on: bool) -> None:
         """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
         want = self.policy.cpu_dma_latency_us
@@ -151,66 +213,229 @@ class Agent:
             os.close(self._latency_fd)
             self._latency_fd = None
 
-    def pass_once(self) -> PassReport:
+    def _base_affinity(self, key: tuple[int, int]) -> frozenset[int] | None:
+        """The thread's affinity before hostd changed it (None: not changed)."""
+        k = knobs.task_key(key[0], key[1], "affinity")
+        return parse_cpulist(str(self.journal.original(k))) if k in self.journal else None
+
+    def pass_once(self, reason: str = "start") -> PassReport:
+        """A full pass: the topology and every thread read again, the whole plan applied."""
         started = time.monotonic()
         self._cstate(not self.disabled)
+        self.replan_due = None
         if self.disabled:
+            self.planner = None  # events change nothing while switched off
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
-            self._write_status(report, time.monotonic() - started, layers=[], state="disabled")
+            self._write_status(report, time.monotonic() - started, state="disabled")
+            self.last_full = time.monotonic()
             return report
-        snap = take(self.host, self.policy, self.scope)
+        self.topology = topo = read_topology(self.host)
+        tasks = self.cache.rescan()
+        classified = self.classifier.classify_all(tasks)
+        self.classified = {c.task.tid: c for c in classified}
+        self.layer_counts = Counter(c.layer for c in classified)
         base = {
             knobs.parse_task_key(k): parse_cpulist(str(self.journal.original(k)))
             for k in self.journal.recorded()
             if k.endswith("/affinity")
         }
-        the_plan = plan(
-            snap.topology,
-            snap.classified,
+        self.plan = the_plan = plan(
+            topo,
+            classified,
             self.policy,
             base_affinity=base,
-            exclude_pids=frozenset({os.getpid()}),
+            exclude_pids=self.exclude,
             allow_rt=self.caps.rt,
         )
+        self.planner = TaskPlanner.for_plan(
+            the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude
+        )
+        report = self._reconcile(
+            desired_state(the_plan, tasks),
+            observed_state(tasks),
+            live_keys={t.key for t in tasks},
+        )
+        elapsed = time.monotonic() - started
+        self.full_cost = elapsed
+        self.last_full = time.monotonic()
+        self.counters["full_passes"] += 1
+        self._log(report, elapsed, reason)
+        self._write_status(report, elapsed, state="running")
+        return report
+
+    def _reconcile(self, want: dict, observed: dict, **kwargs: object) -> PassReport:
         off = self.caps.disabled_kinds()
-        want = {
-            k: v
-            for k, v in desired_state(the_plan, snap.tasks).items()
-            if knobs.kind_of(k) not in off
-        }
+        if off:
+            want = {k: v for k, v in want.items() if knobs.kind_of(k) not in off}
         report = reconcile(
             self.host,
             self.journal if self.mode == "enforce" else None,
             want,
-            observed_state(snap.tasks),
-            live_keys={t.key for t in snap.tasks},
+            observed,
             unchangeable=self.unchangeable,
+            **kwargs,
         )
-        elapsed = time.monotonic() - started
-        self._log(report, elapsed)
-        layers = [
-            {
-                "name": lp.name,
-                "kind": lp.kind,
-                "threads": lp.threads,
-                "cpus": sorted(lp.cpus),
-                "notes": list(lp.notes),
-            }
-            for lp in the_plan.layers
-        ]
-        self._write_status(report, elapsed, layers=layers, state="running")
+        self._last_report = report
+        self._note_applied(report)
         return report
 
-    def _log(self, report: PassReport, elapsed: float) -> None:
+    def _note_applied(self, report: PassReport) -> None:
+        """Keep the cached threads true to what was just written, so that the next event pass
+        (which decides from the cache) sees hostd's own changes: a thread created in a cpuset
+        hostd moved its process into, a second write skipped."""
+        for r in report.results:
+            if r.outcome not in ("applied", "restored") or not knobs.is_task_key(r.key):
+                continue
+            tid, start = knobs.parse_task_key(r.key)
+            task = self.cache.tasks.get(tid)
+            if task is None or task.start_time != start:
+                continue
+            kind, value = knobs.kind_of(r.key), r.value
+            if kind == "affinity":
+                task.affinity = parse_cpulist(str(value))
+            elif kind == "nice" and isinstance(value, int):
+                task.nice = value
+            elif kind == "sched" and isinstance(value, list):
+                task.policy, task.rt_priority = POLICY_NUMBERS.get(value[0], task.policy), value[1]
+            elif kind == "cpuset" and tid == task.pid:
+                self.cache.moved(task.pid, str(value))
+
+    # -- event pass ----------------------------------------------------------------------------
+    def event_pass(self, events: list[Event]) -> PassReport:
+        """Classify and apply just the threads these events concern."""
+        started = time.monotonic()
+        if self.planner is None or self.plan is None:
+            return PassReport()  # switched off, or no full pass yet
+        cache, me = self.cache, os.getpid()
+        named: dict[int, int] = {}  # tid -> tgid, to read again
+        exec_pids: set[int] = set()
+        leaders: dict[int, str] = {}  # pid -> new comm of its renamed leader
+        exits: list[int] = []
+        for ev in events:
+            if ev.tgid == me:
+                continue
+            if ev.kind == "exit":
+                named.pop(ev.tid, None)
+                exits.append(ev.tid)
+            elif ev.kind == "fork":
+                parent = ev.parent_tgid if ev.tid == ev.tgid else 0
+                if cache.in_scope(ev.tgid, parent):
+                    named[ev.tid] = ev.tgid
+            elif cache.in_scope(ev.tgid):
+                named[ev.tid] = ev.tgid
+                if ev.kind == "exec":
+                    exec_pids.add(ev.tgid)
+                elif ev.tid == ev.tgid:
+                    leaders[ev.tgid] = ev.comm
+
+        # Exits: forget the thread, free its RT slot, close its journal records.
+        gone: list[tuple[int, int]] = []
+        for tid in exits:
+            task = self._drop(tid)
+            if task is not None:
+                gone.append(task.key)
+        if gone and self.mode == "enforce":
+            self.journal.done(task_records(self.journal, gone))
+
+        # A renamed leader changes the leader comm of all its threads; then read the named.
+        touched: dict[int, Task] = {}
+        for pid, comm in leaders.items():
+            for task in cache.renamed_leader(pid, comm):
+                touched[task.tid] = task
+        for task in cache.refresh(named.items(), exec_pids):
+            touched[task.tid] = task
+        for tid in named:
+            if tid not in cache.tasks:
+                self._drop(tid, cached=False)
+
+        # Classify and decide them with the last full plan's CPUs.
+        layers = self.planner.layers
+        items: list[Classified] = []
+        for task in touched.values():
+            layer, group = self.classifier.matched_group(task)
+            item = Classified(task, layer.name, group)
+            old = self.classified.get(task.tid)
+            if old is not None:
+                self.layer_counts[old.layer] -= 1
+                if old.layer != item.layer:
+                    self.planner.forget(task.key)
+            self.layer_counts[item.layer] += 1
+            self.classified[task.tid] = item
+            if may_touch(item, layers, self.exclude):
+                items.append(item)
+        task_plans: list[TaskPlan] = []
+        numa_plans: list[NumaPlan] = []
+        for item in items:
+            tp, np_ = self.planner.decide(item, self._base_affinity(item.task.key))
+            if tp is not None:
+                task_plans.append(tp)
+            if np_ is not None:
+                numa_plans.append(np_)
+        report = self._reconcile(
+            desired_for_tasks(task_plans, numa_plans),
+            observed_state(item.task for item in items),
+            only=[item.task.key for item in items],
+        )
+        self.counters["events"] += len(events)
+        self.counters["event_passes"] += 1
+        for r in report.results:
+            self.counters[r.outcome] += 1
+        self._check_layer_sizes()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "events n=%d threads=%d seconds=%.4f %s",
+                len(events),
+                len(items),
+                time.monotonic() - started,
+                " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())),
+            )
+        self._log_problems(report)
+        return report
+
+    def _drop(self, tid: int, cached: bool = True) -> Task | None:
+        """Forget an exited thread everywhere (``cached``: the cache still holds it)."""
+        task = self.cache.forget(tid) if cached else None
+        item = self.classified.pop(tid, None)
+        if item is not None:
+            self.layer_counts[item.layer] -= 1
+            task = task or item.task
+        if task is not None and self.planner is not None:
+            self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
+        return task
+
+    def _check_layer_sizes(self) -> None:
+        """Events moved threads between layers: when a layer's CPU share would change, plan the
+        whole host again soon (at most one such re-plan per 20 times a full pass's cost)."""
+        if self.plan is None or self.topology is None or self.replan_due is not None:
+            return
+        total = len(self.topology.online)
+        width = smt_width_of(self.topology)
+        for lp in self.plan.layers:
+            if lp.kind == "open":
+                continue
+            want = layer_want(self.policy.layer(lp.name), self.layer_counts[lp.name], total, width)
+            if want != lp.wanted:
+                self.replan_due = max(
+                    time.monotonic(), self.last_full + max(1.0, 20 * self.full_cost)
+                )
+                log.info("replan layer=%s wanted=%d now=%d", lp.name, lp.wanted, want)
+                return
+
+    # -- reporting -----------------------------------------------------------------------------
+    def _log(self, report: PassReport, elapsed: float, reason: str) -> None:
         counts = report.counts
         self.passes += 1
         log.info(
-            "pass n=%d mode=%s seconds=%.3f %s",
+            "pass n=%d reason=%s mode=%s seconds=%.3f %s",
             self.passes,
+            reason,
             self.mode,
             elapsed,
             " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "nothing-to-do=1",
         )
+        self._log_problems(report)
+
+    def _log_problems(self, report: PassReport) -> None:
         for r in report.results:
             if r.outcome in ("error",):
                 log.error("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
@@ -219,7 +444,19 @@ class Agent:
             elif r.outcome == "unchangeable" and r.detail != "refused before":
                 log.info("action key=%s outcome=unchangeable (remembered, not retried)", r.key)
 
-    def _write_status(self, report: PassReport, elapsed: float, layers: list, state: str) -> None:
+    def _write_status(self, report: PassReport, elapsed: float | None, state: str) -> None:
+        layers = []
+        if self.plan is not None and state == "running":
+            layers = [
+                {
+                    "name": lp.name,
+                    "kind": lp.kind,
+                    "threads": self.layer_counts[lp.name],
+                    "cpus": sorted(lp.cpus),
+                    "notes": list(lp.notes),
+                }
+                for lp in self.plan.layers
+            ]
         status = {
             "version": __version__,
             "pid": os.getpid(),
@@ -230,13 +467,11 @@ class Agent:
                 "name": self.policy.name,
                 "sha256": self.policy.sha256,
             },
+            "source": {"kind": self.source, "detail": self.source_detail},
             "layers": layers,
-            "last_pass": {
-                "time": time.time(),
-                "seconds": round(elapsed, 4),
-                "counts": report.counts,
-            },
+            "last_pass": self.last.get("last_pass", {}),
             "passes": self.passes,
+            "events": dict(self.counters),
             "journal": {"path": str(self.journal.path), "records": len(self.journal)},
             "unchangeable": sorted(self.unchangeable),
             "capabilities": {
@@ -246,7 +481,15 @@ class Agent:
                 "cpufreq": self.caps.cpufreq,
             },
         }
+        if elapsed is not None:
+            status["last_pass"] = {
+                "time": time.time(),
+                "seconds": round(elapsed, 4),
+                "counts": report.counts,
+            }
         self.last = status
+        self._last_status = time.monotonic()
+        self._status_counters = self.counters.copy()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.run_dir / "status.json.tmp"
         tmp.write_text(json.dumps(status, indent=1))
@@ -270,6 +513,8 @@ class Agent:
             self._stop = True
         elif signum == signal.SIGHUP:
             self._reload = True
+        elif signum == signal.SIGUSR1:
+            self._poke = True
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
@@ -280,8 +525,72 @@ class Agent:
             log.warning("reload refused, keeping the running policy: %s", exc)
             return
         self.policy = new
+        self.classifier = Classifier(new)
+        self.cache.read_fds = new.needs_fds
         self.journal.policy_sha = new.sha256
         log.info("reload policy=%s sha256=%s", new.name, new.sha256[:12])
+
+    def _open_sources(self) -> None:
+        """Subscribe to events before the first full pass, so nothing falls in between."""
+        if self.policy.event_source != "poll":
+            try:
+                # HOSTD_CONNECTOR_RCVBUF: a smaller buffer, to provoke overflows in tests.
+                rcvbuf = int(os.environ.get("HOSTD_CONNECTOR_RCVBUF", DEFAULT_RCVBUF))
+                self.connector = ProcConnector(rcvbuf=rcvbuf)
+                self.source = "events"
+                self.source_detail = (
+                    f"proc connector (receive buffer {self.connector.rcvbuf // 1024} KiB, "
+                    f"event filter {'on' if self.connector.filtered else 'off'})"
+                )
+            except OSError as exc:
+                self.source_detail = f"proc connector unavailable ({exc.strerror or exc})"
+                if self.policy.event_source == "events":
+                    log.warning("source events: %s; polling instead", self.source_detail)
+        else:
+            self.source_detail = "[agent] source = poll"
+        if self.source == "poll":
+            self.source_detail += f"; polling /proc every {self.policy.interval:g} s"
+        try:
+            self.devices = DeviceEvents(self.host)
+            self.source_detail += f"; device events from {self.devices.source}"
+        except Exception as exc:  # no libudev, no netlink: the rescan timer still catches up
+            self.source_detail += f"; no device events ({exc})"
+        log.info("source %s: %s", self.source, self.source_detail)
+
+    def _close_sources(self) -> None:
+        if self.connector is not None:
+            self.connector.close()
+            self.connector = None
+        if self.devices is not None:
+            self.devices.close()
+            self.devices = None
+
+    def _next_full(self) -> tuple[float, str]:
+        """When the next full pass is due, and why."""
+        if self.source == "poll":
+            due, why = self.last_full + self.policy.interval, "poll"
+        else:
+            # The drift rescan: never more than 1% of a CPU, however many threads there are.
+            every = max(self.policy.rescan_interval, 100 * self.full_cost)
+            due, why = self.last_full + every, "drift"
+        if self.replan_due is not None and self.replan_due < due:
+            due, why = self.replan_due, "replan"
+        return due, why
+
+    def _full(self, reason: str) -> None:
+        try:
+            self.pass_once(reason)
+        except Exception:  # a bug or a full disk must not leave the host half-changed
+            log.exception("pass failed; the journal is intact, the next pass retries")
+            self.last_full = time.monotonic()
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                if not os.read(self._wake_r, 64):
+                    return
+            except BlockingIOError:
+                return
 
     def run(self, once: bool = False) -> PassReport:
         self._lock()
@@ -294,43 +603,83 @@ class Agent:
             self.policy.source,
             os.getpid(),
         )
-        report = PassReport()
         try:
-            while True:
-                if self._reload:
-                    self._reload = False
-                    self.reload()
-                try:
-                    report = self.pass_once()
-                except Exception:  # a bug or a full disk must not leave the host half-changed
-                    log.exception("pass failed; the journal is intact, the next pass retries")
-                    if once:
-                        raise
-                if once or self._stop:
-                    break
-                ready, _, _ = select.select([self._wake_r], [], [], self.policy.interval)
-                if ready:
-                    while True:
-                        try:
-                            if not os.read(self._wake_r, 64):
-                                break
-                        except BlockingIOError:
-                            break
-                if self._stop:
-                    break
+            if once:
+                return self.pass_once("once")
+            self._open_sources()
+            self._full("start")
+            while not self._stop:
+                self._step()
+            return self._last_report
         finally:
+            self._close_sources()
             self._cstate(False)
-            if self._stop and self.policy.restore_on_exit and self.mode == "enforce":
-                restored = restore(self.host, self.journal)
-                log.info(
-                    "stop restored %s",
-                    " ".join(f"{k}={v}" for k, v in sorted(restored.counts.items())) or "nothing",
-                )
-                self._write_status(restored, 0.0, layers=[], state="stopped")
-            elif self._stop:
-                log.info("stop (restore_on_exit = false: changes are kept; hostd restore undoes)")
-                self._write_status(PassReport(), 0.0, layers=[], state="stopped")
-        return report
+            self._finish()
+
+    def _step(self) -> None:
+        """Wait for the next event or timer, and handle it."""
+        due, why = self._next_full()
+        fds = [self._wake_r]
+        if self.connector is not None:
+            fds.append(self.connector.fileno())
+        if self.devices is not None:
+            fds.append(self.devices.fileno())
+        status_due = self._last_status + 1.0
+        timeout = max(0.0, min(due, status_due) - time.monotonic())
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._wake_r in ready:
+            self._drain_wake()
+        if self._stop:
+            return
+        if self._reload:
+            self._reload = False
+            self.reload()
+            self._full("reload")
+            return
+        if self._poke:
+            self._poke = False
+            self._full("switched")
+            return
+        if self.devices is not None and self.devices.fileno() in ready:
+            changes = self.devices.read()
+            if changes:
+                log.info("devices %s", " ".join(f"{c.name}:{c.action}" for c in changes[:8]))
+                self.counters["device_events"] += len(changes)
+                self._full("devices")
+                return
+        if self.connector is not None and self.connector.fileno() in ready:
+            events = self.connector.read(self.MAX_BATCH)
+            if any(isinstance(ev, Overflow) for ev in events):
+                self.counters["overflows"] += 1
+                log.warning("events lost (receive buffer overflow): rescanning /proc")
+                self._full("overflow")
+                return
+            try:
+                self.event_pass(events)  # type: ignore[arg-type]
+            except Exception:
+                log.exception("event pass failed; a full pass follows")
+                self._full("recovery")
+                return
+        now = time.monotonic()
+        if now >= due:
+            self._full(why)
+        elif now >= status_due and self.counters != self._status_counters:
+            self._write_status(self._last_report, None, state="running")
+
+    def _finish(self) -> None:
+        if self._stop and self.policy.restore_on_exit and self.mode == "enforce":
+            restored = restore(self.host, self.journal)
+            log.info(
+                "stop restored %s",
+                " ".join(f"{k}={v}" for k, v in sorted(restored.counts.items())) or "nothing",
+            )
+            self.plan = None
+            self._write_status(restored, 0.0, state="stopped")
+        elif self._stop:
+            log.info("stop (restore_on_exit = false: changes are kept; hostd restore undoes)")
+            self.plan = None
+            self._write_status(PassReport(), 0.0, state="stopped")
+        self.journal.close()
 
 
 def summarize(counts: Counter | dict) -> str:

@@ -139,7 +139,7 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     if as_json:
         print_json(st)
         return
-    last = st["last_pass"]
+    last = st.get("last_pass") or {"time": time.time(), "seconds": 0, "counts": {}}
     age = time.time() - last["time"]
     state = st["state"] if pid else f"not running (last state: {st['state']})"
     out.print(
@@ -150,6 +150,17 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
         f"last pass {age:.1f}s ago took {last['seconds'] * 1000:.1f} ms: "
         f"{summarize(last['counts'])}; journal holds {st['journal']['records']} originals"
     )
+    source = st.get("source") or {}
+    if source:
+        out.print(f"source {source.get('kind')}: {source.get('detail')}")
+    events = st.get("events") or {}
+    if events.get("events"):
+        out.print(
+            f"events {events['events']} in {events.get('event_passes', 0)} event passes, "
+            f"{events.get('full_passes', 0)} full passes, "
+            f"{events.get('overflows', 0)} overflows, "
+            f"{events.get('device_events', 0)} device events"
+        )
     table = Table(title_justify="left")
     for col in ("layer", "kind", "threads", "own CPUs", "notes"):
         table.add_column(col)

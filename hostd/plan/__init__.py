@@ -48,6 +48,7 @@ from hostd.tasks import Process
 from hostd.topology import Topology
 
 PLAN_FORMAT = 1
+CPUSET_ROOT = "/hostd"  # hostd's own v1 cpuset cgroups are CPUSET_ROOT/<layer>
 _MISSING = object()
 
 
@@ -305,6 +306,31 @@ def _demand(layer: Layer, members: int, stats: Mapping[str, float] | None) -> in
     return members
 
 
+def layer_want(
+    layer: Layer,
+    members: int,
+    total: int,
+    smt_width: int,
+    stats: Mapping[str, float] | None = None,
+) -> int:
+    """How many CPUs a confined/grouped layer with ``members`` threads asks for (before what
+    is left limits it). The agent compares this with the plan's ``wanted`` after events: a
+    change means the layer's CPUs should be re-planned."""
+    if not members:
+        return 0
+    hi = layer.cpus_max.resolve(total)
+    if layer.cpus_max.fraction is not None:
+        hi = max(hi, 1)
+    want = min(max(_demand(layer, members, stats), layer.cpus_min.resolve(total)), hi)
+    if want and layer.latency and smt_width > 1:
+        want = min(math.ceil(want / smt_width) * smt_width, max(hi, smt_width))
+    return want
+
+
+def smt_width_of(topo: Topology) -> int:
+    return max((len(c.siblings) for c in topo.cpus.values()), default=1)
+
+
 # -- the planner -------------------------------------------------------------------------------
 def plan(
     topo: Topology,
@@ -330,16 +356,7 @@ def plan(
     multi_node = len(topo.nodes) > 1
 
     # Which threads hostd may touch, and who is in each layer.
-    touchable: list[Classified] = []
-    for item in classified:
-        task = item.task
-        if task.pid in exclude_pids:
-            continue
-        if task.is_kthread:
-            group = layers[item.layer].match[item.group]
-            if not any(p.name == "is_kthread" and p.value is True and not p.negate for p in group):
-                continue
-        touchable.append(item)
+    touchable = [item for item in classified if may_touch(item, layers, exclude_pids)]
     members = Counter(item.layer for item in touchable)
 
     # Per-process GPU node targets, for gpu-local layers.
@@ -351,7 +368,7 @@ def plan(
 
     # CPUs per layer.
     alloc = _Allocator(topo)
-    smt_width = max((len(c.siblings) for c in topo.cpus.values()), default=1)
+    smt_width = smt_width_of(topo)
     gpu_node_weights = Counter(g.node for g in topo.gpus if g.node is not None)
     layer_cpus: dict[str, frozenset[int]] = {}
     layer_plans: dict[str, LayerPlan] = {}
@@ -360,12 +377,7 @@ def plan(
             continue
         n = members[layer.name]
         lo = layer.cpus_min.resolve(total)
-        hi = layer.cpus_max.resolve(total)
-        if layer.cpus_max.fraction is not None:
-            hi = max(hi, 1)
-        want = min(max(_demand(layer, n, stats), lo), hi) if n else 0
-        if want and layer.latency and smt_width > 1:
-            want = min(math.ceil(want / smt_width) * smt_width, max(hi, smt_width))
+        want = layer_want(layer, n, total, smt_width, stats)
         budget = max(0, len(alloc.free) - 1)  # one CPU always stays in the pool
         layer_notes: list[str] = []
         if want > budget:
@@ -425,81 +437,33 @@ def plan(
             cpus = own if layer.kind == "confined" else own | pool
             cpuset_of[layer.name] = CpusetPlan(
                 layer.name,
-                f"/hostd/{layer.name}",
+                f"{CPUSET_ROOT}/{layer.name}",
                 cpus,
                 frozenset(topo.cpus[c].node for c in cpus),
             )
 
-    # Real-time: allowed at all, and capped per layer (a runaway process with thousands of
-    # threads must not turn them all real-time). The cap is 16 threads per CPU the layer may use,
-    # unless the layer sets sched.max_rt_threads.
-    rt_seen: Counter[str] = Counter()
-    rt_capped: Counter[str] = Counter()
     if not allow_rt and any(ly.sched.realtime for ly in policy.layers):
         notes.append("real-time scheduling is not allowed here: RT layers get nice -20 instead")
-
-    # Per-thread decisions. The affinity depends only on (layer, node, base affinity): memoized,
-    # since at 100k threads most share all three.
-    node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
-    memo: dict[tuple, frozenset[int] | None] = {}
+    decider = TaskPlanner(
+        topo, policy, layer_cpus, pool, cpuset_of, allow_rt=allow_rt, exclude_pids=exclude_pids
+    )
+    decider.targets.update(targets)
+    decider.cpuset_pids.update(
+        item.task.pid
+        for item in touchable
+        if item.layer in cpuset_of
+        and (item.task.process.cpuset == "/" or item.task.process.cpuset.startswith(CPUSET_ROOT))
+    )
+    base_of = base_affinity or {}
     task_plans: list[TaskPlan] = []
     numa_plans: dict[int, NumaPlan] = {}
     for item in touchable:
-        task, layer = item.task, layers[item.layer]
-        own = layer_cpus.get(layer.name, frozenset())
-        if layer.kind == "open" or not own:
-            allowed = pool
-        elif layer.kind == "confined":
-            allowed = own
-        else:
-            allowed = own | pool
-        node = targets.get(task.pid) if multi_node else None
-        if node is not None and task.pid not in numa_plans:
-            numa_plans[task.pid] = NumaPlan(
-                task.pid, task.process.start_time, task.process.comm, layer.name, node,
-                layer.numa_migrate,
-            )  # fmt: skip
-        base = (base_affinity or {}).get(task.key, task.affinity)
-        memo_key = (layer.name, node, base)
-        affinity = memo.get(memo_key, _MISSING)
-        if affinity is _MISSING:
-            if node is not None:
-                allowed = (allowed & node_cpus[node]) or allowed
-            desired = (allowed & base) or allowed
-            affinity = memo[memo_key] = None if desired == base else desired
-        cs = cpuset_of.get(layer.name)
-        cpuset = None
-        if cs is not None and task.process.cpuset in ("/", cs.path):
-            cpuset = cs.path  # only threads in the root cpuset: never steal from docker/k8s
-        sched_policy, priority, nice = layer.sched.policy, layer.sched.priority, layer.sched.nice
-        reset = layer.sched.reset_on_fork if layer.sched.realtime else False
-        if layer.sched.realtime:
-            cap = layer.sched.max_rt_threads or 16 * len(allowed)
-            if not allow_rt or rt_seen[layer.name] >= cap:
-                if allow_rt:
-                    rt_capped[layer.name] += 1
-                sched_policy, priority, nice, reset = "other", None, -20, False
-            else:
-                rt_seen[layer.name] += 1
-        if affinity is None and node is None and cpuset is None and not (sched_policy or nice):
-            continue  # nothing to decide for this thread: keep plans small at 100k threads
-        task_plans.append(
-            TaskPlan(
-                tid=task.tid,
-                start_time=task.start_time,
-                pid=task.pid,
-                comm=task.comm,
-                layer=layer.name,
-                affinity=affinity,
-                policy=sched_policy,
-                priority=priority,
-                nice=nice,
-                reset_on_fork=reset,
-                node=node,
-                cpuset=cpuset,
-            )
-        )
-    for name, count in sorted(rt_capped.items()):
+        tp, np_ = decider.decide(item, base_of.get(item.task.key))
+        if np_ is not None:
+            numa_plans[np_.pid] = np_
+        if tp is not None:
+            task_plans.append(tp)
+    for name, count in sorted(decider.rt_capped.items()):
         notes.append(f"layer {name!r}: {count} threads over its real-time cap get nice -20")
     task_plans.sort(key=lambda tp: (tp.tid, tp.start_time))
 
@@ -569,6 +533,180 @@ def plan(
         cpusets=tuple(cpuset_of[name] for name in sorted(cpuset_of)),
         notes=tuple(notes),
     )
+
+
+def may_touch(item: Classified, layers: Mapping[str, Layer], exclude_pids: frozenset[int]) -> bool:
+    """Whether hostd may change this thread: never itself, and a kernel thread only when the
+    AND-group that matched it says ``is_kthread = true``."""
+    task = item.task
+    if task.pid in exclude_pids:
+        return False
+    if task.is_kthread:
+        group = layers[item.layer].match[item.group]
+        return any(p.name == "is_kthread" and p.value is True and not p.negate for p in group)
+    return True
+
+
+class TaskPlanner:
+    """Per-thread decisions, given the CPUs each layer got.
+
+    ``plan()`` runs it over every thread; the agent keeps one per full plan (``for_plan``) and
+    runs it over just the threads an event concerns, so a new or renamed thread is decided in
+    microseconds without re-planning the host. It remembers which threads hold a real-time slot
+    (the per-layer cap) and which processes already have a NUMA target.
+    """
+
+    def __init__(
+        self,
+        topo: Topology,
+        policy: Policy,
+        layer_cpus: Mapping[str, frozenset[int]],
+        pool: frozenset[int],
+        cpusets: Mapping[str, CpusetPlan],
+        *,
+        allow_rt: bool,
+        exclude_pids: frozenset[int] = frozenset(),
+    ) -> None:
+        self.topo = topo
+        self.layers = {ly.name: ly for ly in policy.layers}
+        self.layer_cpus = dict(layer_cpus)
+        self.pool = pool
+        self.cpusets = dict(cpusets)
+        self.allow_rt = allow_rt
+        self.exclude_pids = exclude_pids
+        self.multi_node = len(topo.nodes) > 1
+        self.node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
+        self.targets: dict[int, int | None] = {}  # pid -> NUMA node of its GPUs
+        self.numa_done: set[int] = set()  # pids that have their NumaPlan
+        self.cpuset_pids: set[int] = set()  # processes with threads in hostd's cpusets
+        self.rt_holders: dict[str, set[tuple[int, int]]] = {}
+        self.rt_capped: Counter[str] = Counter()
+        # The affinity depends only on (layer, node, base affinity): memoized, since at 100k
+        # threads most share all three.
+        self._memo: dict[tuple, frozenset[int] | None] = {}
+
+    @classmethod
+    def for_plan(
+        cls,
+        the_plan: Plan,
+        topo: Topology,
+        policy: Policy,
+        *,
+        allow_rt: bool,
+        exclude_pids: frozenset[int] = frozenset(),
+    ) -> TaskPlanner:
+        """The planner that made ``the_plan``, rebuilt from it (with its RT slots taken)."""
+        planner = cls(
+            topo,
+            policy,
+            {lp.name: lp.cpus for lp in the_plan.layers},
+            the_plan.pool,
+            {cs.layer: cs for cs in the_plan.cpusets},
+            allow_rt=allow_rt,
+            exclude_pids=exclude_pids,
+        )
+        for tp in the_plan.tasks:
+            if tp.cpuset is not None:
+                planner.cpuset_pids.add(tp.pid)
+            if tp.policy in ("fifo", "rr"):
+                planner.rt_holders.setdefault(tp.layer, set()).add((tp.tid, tp.start_time))
+        for np_ in the_plan.numa:
+            planner.targets[np_.pid] = np_.node
+            planner.numa_done.add(np_.pid)
+        return planner
+
+    def forget(self, key: tuple[int, int], pid: int | None = None) -> None:
+        """A thread exited (and, with ``pid``, its whole process): free what it held."""
+        for holders in self.rt_holders.values():
+            holders.discard(key)
+        if pid is not None:
+            self.targets.pop(pid, None)
+            self.numa_done.discard(pid)
+            self.cpuset_pids.discard(pid)
+
+    def decide(
+        self, item: Classified, base: frozenset[int] | None = None
+    ) -> tuple[TaskPlan | None, NumaPlan | None]:
+        """The thread's plan (None: nothing to decide) and, the first time its process is seen
+        with a NUMA target, the process's NumaPlan. ``base``: its affinity before hostd."""
+        task, layer = item.task, self.layers[item.layer]
+        own = self.layer_cpus.get(layer.name, frozenset())
+        pool = self.pool
+        if layer.kind == "open" or not own:
+            allowed = pool
+        elif layer.kind == "confined":
+            allowed = own
+        else:
+            allowed = own | pool
+        # A process with a thread in a gpu-local layer has a target node, and all its threads
+        # (its comm threads too, whatever their layer) follow it there.
+        node = numa = None
+        pid = task.pid
+        if self.multi_node:
+            if pid not in self.targets and layer.numa == "gpu-local":
+                self.targets[pid] = _target_node(self.topo, task.process)
+            node = self.targets.get(pid)
+            if node is not None and pid not in self.numa_done:
+                self.numa_done.add(pid)
+                numa = NumaPlan(
+                    pid, task.process.start_time, task.process.comm, layer.name, node,
+                    layer.numa_migrate,
+                )  # fmt: skip
+        if base is None:
+            base = task.affinity
+        memo_key = (layer.name, node, base)
+        affinity = self._memo.get(memo_key, _MISSING)
+        if affinity is _MISSING:
+            if node is not None:
+                allowed = (allowed & self.node_cpus[node]) or allowed
+            desired = (allowed & base) or allowed
+            affinity = self._memo[memo_key] = None if desired == base else desired
+        # v1 cpusets: only threads in the root cpuset or in one of hostd's (never steal from
+        # docker/k8s). A thread is created in its creator's cpuset, so in a process hostd
+        # placed in a cpuset, a thread whose layer has none is explicitly wanted in the root.
+        cs = self.cpusets.get(layer.name)
+        cpuset = None
+        current = task.process.cpuset
+        ours = current.startswith(CPUSET_ROOT + "/")
+        if cs is not None and (current == "/" or ours):
+            cpuset = cs.path
+            self.cpuset_pids.add(task.pid)
+        elif ours or (current == "/" and task.pid in self.cpuset_pids):
+            cpuset = "/"
+            self.cpuset_pids.add(task.pid)
+        sched = layer.sched
+        sched_policy, priority, nice = sched.policy, sched.priority, sched.nice
+        reset = sched.reset_on_fork if sched.realtime else False
+        if sched.realtime:
+            holders = self.rt_holders.setdefault(layer.name, set())
+            cap = sched.max_rt_threads or 16 * len(allowed)
+            if task.key in holders:
+                pass
+            elif not self.allow_rt or len(holders) >= cap:
+                if self.allow_rt:
+                    self.rt_capped[layer.name] += 1
+                sched_policy, priority, nice, reset = "other", None, -20, False
+            else:
+                holders.add(task.key)
+        if affinity is None and node is None and cpuset is None and not (sched_policy or nice):
+            return None, numa  # nothing to decide for this thread: small plans at 100k threads
+        return (
+            TaskPlan(
+                tid=task.tid,
+                start_time=task.start_time,
+                pid=task.pid,
+                comm=task.comm,
+                layer=layer.name,
+                affinity=affinity,
+                policy=sched_policy,
+                priority=priority,
+                nice=nice,
+                reset_on_fork=reset,
+                node=node,
+                cpuset=cpuset,
+            ),
+            numa,
+        )
 
 
 def _min_freq(spec: str | None, hw_min: int | None, hw_max: int | None) -> int | None:

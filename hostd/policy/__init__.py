@@ -29,6 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 DEFAULT_POLICY = "training.toml"
 KINDS = ("confined", "grouped", "open")
+SOURCES = ("auto", "events", "poll")
 SCHED_POLICIES = ("other", "batch", "idle", "fifo", "rr")
 RT_POLICIES = ("fifo", "rr")
 NUMA_MODES = ("none", "gpu-local")
@@ -194,7 +195,9 @@ class Policy:
     layers: tuple[Layer, ...]
     warnings: tuple[str, ...] = ()
     restore_on_exit: bool = True  # [agent] restore_on_exit: a clean stop puts everything back
-    interval: float = 5.0  # [agent] interval: seconds between full passes
+    interval: float = 5.0  # [agent] interval: seconds between passes when polling /proc
+    event_source: str = "auto"  # [agent] source: "auto" (events where possible), "events", "poll"
+    rescan_interval: float = 60.0  # [agent] rescan_interval: the drift check, event mode
     cpu_dma_latency_us: int | None = None  # [agent] a C-state limit held while hostd runs
 
     def layer(self, name: str) -> Layer:
@@ -498,7 +501,14 @@ class _Checker:
         agent = self.table(
             data.get("agent", {}),
             "agent",
-            ("mode", "restore_on_exit", "interval", "cpu_dma_latency_us"),
+            (
+                "mode",
+                "restore_on_exit",
+                "interval",
+                "source",
+                "rescan_interval",
+                "cpu_dma_latency_us",
+            ),
         )
         mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
         restore_on_exit = agent.get("restore_on_exit", True)
@@ -511,6 +521,12 @@ class _Checker:
             or not (0.1 <= interval <= 3600)
         ):
             raise self.fail("agent.interval", interval, "seconds between passes, 0.1 to 3600")
+        source = self.choice(agent.get("source", "auto"), "agent.source", SOURCES)
+        rescan = agent.get("rescan_interval", 60.0)
+        if isinstance(rescan, bool) or not isinstance(rescan, (int, float)) or rescan < 1:
+            raise self.fail(
+                "agent.rescan_interval", rescan, "seconds between drift rescans, at least 1"
+            )
         latency = agent.get("cpu_dma_latency_us")
         if latency is not None:
             latency = self.integer(latency, "agent.cpu_dma_latency_us", 0, 2_000_000_000)
@@ -556,6 +572,8 @@ class _Checker:
             layers=layers,
             restore_on_exit=restore_on_exit,
             interval=float(interval),
+            event_source=source,
+            rescan_interval=float(rescan),
             cpu_dma_latency_us=latency,
             warnings=tuple(self.warnings),
         )

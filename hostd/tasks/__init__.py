@@ -4,8 +4,11 @@
 share one ``Process`` per thread group (cgroup, cmdline, exe, GPU-driver fds and NVML presence
 are properties of the process, read once). Tasks are keyed by ``(tid, start_time)`` so a reused
 tid is never mistaken for an earlier thread. A task that exits while it is being read is left
-out, never an error. Called by the CLI commands and the benchmark; the agent (issue 4) will
-refresh the same values incrementally.
+out, never an error. Called by the CLI commands and the benchmark.
+
+``TaskCache`` keeps the same values between passes for the agent: a full ``rescan()`` at start,
+after an event overflow and on the slow drift timer; in between, ``refresh()`` re-reads only
+the threads that proc-connector events named (a new thread, a rename, an exec).
 
 Per-thread cost is one read (stat) and one sched_getaffinity(2); status (credentials), cgroup,
 cmdline, exe and fds are read once per process. See FACTS.md for the measured costs behind that
@@ -14,6 +17,8 @@ choice and BENCHMARKS.md for the full pass.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from hostd.host import Host
@@ -249,3 +254,182 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
     ]
     tasks.sort(key=lambda t: t.tid)
     return tasks
+
+
+class TaskCache:
+    """Every known thread by tid, and its process by pid, kept current from events.
+
+    ``pids``: a fixed scope (the roots and their descendants at each rescan; processes forked
+    by a process in scope join it). ``refresh`` reads one stat and one sched_getaffinity per
+    named thread; a process is read (cmdline, cgroup, credentials, fds) when it is new or
+    exec'd. A process's GPU-driver fds are re-checked when it starts a new thread, at most once
+    a second while it holds none: CUDA opens the driver, then starts its threads.
+    """
+
+    FD_RECHECK = 1.0  # seconds
+
+    def __init__(self, host: Host, *, read_fds: bool = True, scope: list[int] | None = None):
+        self.host = host
+        self.read_fds = read_fds
+        self.scope_roots = scope
+        self.scope: set[int] | None = None
+        self.tasks: dict[int, Task] = {}
+        self.procs: dict[int, Process] = {}
+        self.members: dict[int, set[int]] = {}  # pid -> tids
+        self._fds_checked: dict[int, float] = {}
+        self._creds: dict[int, tuple[int, int]] = {}
+        self._nvml_pids: frozenset[int] = frozenset()
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def rescan(self) -> list[Task]:
+        """Read every thread again (in scope); returns them sorted by tid."""
+        pids = None
+        if self.scope_roots is not None:
+            pids = descendants(self.host, self.scope_roots)
+            self.scope = set(pids)
+        nvml, _ = self.host.nvml()
+        self._nvml_pids = nvml.pids if nvml else frozenset()
+        tasks = scan(self.host, read_fds=self.read_fds, pids=pids)
+        self.tasks = {t.tid: t for t in tasks}
+        self.procs = {}
+        self.members = {}
+        self._creds = {}
+        for t in tasks:
+            self.procs[t.pid] = t.process
+            self.members.setdefault(t.pid, set()).add(t.tid)
+            self._creds[t.pid] = (t.uid, t.gid)
+        now = time.monotonic()
+        self._fds_checked = {pid: now for pid in self.procs}
+        return tasks
+
+    def in_scope(self, pid: int, parent: int = 0) -> bool:
+        """Whether events of process ``pid`` concern us (a child of a process in scope joins)."""
+        if self.scope is None:
+            return True
+        if pid in self.scope:
+            return True
+        if parent and parent in self.scope:
+            self.scope.add(pid)
+            return True
+        return False
+
+    def forget(self, tid: int) -> Task | None:
+        """A thread exited: drop it (and its process, when it was the last thread)."""
+        task = self.tasks.pop(tid, None)
+        if task is None:
+            return None
+        pid = task.pid
+        tids = self.members.get(pid)
+        if tids is not None:
+            tids.discard(tid)
+            if not tids:
+                del self.members[pid]
+                self.procs.pop(pid, None)
+                self._fds_checked.pop(pid, None)
+                self._creds.pop(pid, None)
+                if self.scope is not None and pid not in (self.scope_roots or ()):
+                    self.scope.discard(pid)
+        return task
+
+    def _process(self, pid: int, fresh: bool) -> Process | None:
+        proc = self.procs.get(pid)
+        if proc is not None and not fresh:
+            if (
+                self.read_fds
+                and not proc.gpu
+                and time.monotonic() - self._fds_checked.get(pid, 0) > self.FD_RECHECK
+            ):
+                self._fds_checked[pid] = time.monotonic()
+                devices = _gpu_devices(self.host, pid)
+                if devices != proc.gpu_devices:
+                    proc = replace(proc, gpu_devices=devices)
+                    self._rebind(proc)
+            return proc
+        try:
+            proc = _read_process(self.host, pid, self._nvml_pids, self.read_fds)
+            status = self.host.read(f"proc/{pid}/task/{pid}/status")
+        except (OSError, ValueError, IndexError):
+            return None
+        if proc is None or status is None:
+            return None
+        parent = self.procs.get(proc.ppid)
+        if parent is not None:
+            parent_comm = parent.comm
+        else:
+            text = self.host.read_quiet(f"proc/{proc.ppid}/comm") if proc.ppid > 0 else None
+            parent_comm = text.rstrip("\n") if text else ""
+        creds = parse_status(status)
+        proc = replace(proc, parent_comm=parent_comm)
+        self._creds[pid] = (creds.uid, creds.gid)
+        self._fds_checked[pid] = time.monotonic()
+        self._rebind(proc)
+        return proc
+
+    def _rebind(self, proc: Process) -> None:
+        """Point the process's cached threads at its new value."""
+        self.procs[proc.pid] = proc
+        for tid in self.members.get(proc.pid, ()):
+            task = self.tasks.get(tid)
+            if task is not None:
+                task.process = proc
+
+    def moved(self, pid: int, cpuset: str) -> None:
+        """hostd moved the process's leader to another v1 cpuset."""
+        proc = self.procs.get(pid)
+        if proc is not None and proc.cpuset != cpuset:
+            self._rebind(replace(proc, cpuset=cpuset))
+
+    def renamed_leader(self, pid: int, comm: str) -> list[Task]:
+        """The group leader renamed itself: its process's comm changes for every thread."""
+        proc = self.procs.get(pid)
+        if proc is None or proc.comm == comm:
+            return []
+        self._rebind(replace(proc, comm=comm))
+        return [self.tasks[t] for t in self.members.get(pid, ()) if t in self.tasks]
+
+    def refresh(self, named: Iterable[tuple[int, int]], exec_pids: set[int]) -> list[Task]:
+        """Re-read the threads named by (tid, tgid); ``exec_pids``: processes that exec'd (read
+        again whole). Returns the threads read; a thread that is gone is forgotten."""
+        host = self.host
+        read, affinity = host.read, host.affinity
+        out: list[Task] = []
+        for tid, pid in named:
+            proc = self._process(pid, pid in exec_pids or pid not in self.procs)
+            if proc is None:
+                self.forget(tid)
+                continue
+            try:
+                text = read(f"proc/{pid}/task/{tid}/stat")
+                stat = parse_stat(text) if text is not None else None
+            except (OSError, ValueError, IndexError):
+                stat = None
+            cpus = affinity(pid, tid) if stat is not None else None
+            if stat is None or cpus is None or stat.state in ("Z", "X"):
+                self.forget(tid)
+                continue
+            uid, gid = self._creds.get(pid) or (0, 0)
+            old = self.tasks.get(tid)
+            if old is not None and old.start_time != stat.start_time:
+                self.forget(tid)  # a reused tid: the old thread is gone
+            task = Task(
+                tid=tid,
+                start_time=stat.start_time,
+                comm=stat.comm,
+                state=stat.state,
+                uid=uid,
+                gid=gid,
+                nice=stat.nice,
+                policy=stat.policy,
+                rt_priority=stat.rt_priority,
+                affinity=cpus,
+                utime=stat.utime,
+                stime=stat.stime,
+                processor=stat.processor,
+                process=proc,
+            )
+            self.tasks[tid] = task
+            self.members.setdefault(pid, set()).add(tid)
+            out.append(task)
+        return out

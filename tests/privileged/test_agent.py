@@ -109,10 +109,26 @@ class Agent:
             time.sleep(0.05)
         raise AssertionError(f"no pass {n} within {timeout}s:\n{self.log.read_text()}")
 
+    def full_pass(self, timeout: float = 60) -> dict:
+        """Ask for a full pass now (SIGUSR1, what ``hostd enable`` sends) and wait for it."""
+        n = self.status().get("passes", 0)
+        self.proc.send_signal(signal.SIGUSR1)
+        return self.wait_passes(n + 1, timeout)
+
     def stop(self, sig: int = signal.SIGTERM) -> str:
         self.proc.send_signal(sig)
         self.proc.wait(timeout=60)
         return self.log.read_text()
+
+
+def wait_for(check, what: str, agent: Agent | None = None, timeout: float = 30) -> None:
+    """Wait until ``check()`` holds (no timing assert: the deadline only bounds a failure)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            log = agent.log.read_text() if agent is not None else ""
+            raise AssertionError(f"{what}: not within {timeout}s\n{log}")
+        time.sleep(0.02)
 
 
 def hostd(*args: str) -> subprocess.CompletedProcess:
@@ -155,7 +171,8 @@ def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
         before = host_state(job)
         agent = Agent(tmp_path, job)
         try:
-            st = agent.wait_passes(2)
+            agent.wait_passes(1)
+            st = agent.full_pass()
             _effects(job)
             if before["latency"] is not None:
                 assert _dma_latency() == 20  # the policy's C-state limit, held while it runs
@@ -165,6 +182,7 @@ def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
             assert "applied" not in counts  # reconcile by diff: nothing written twice
             status = hostd("status", "--run-dir", str(agent.run)).stdout
             assert "trainer" in status and "mode enforce" in status
+            assert "source events: proc connector" in status
         finally:
             log = agent.stop()
         assert agent.proc.returncode == 0, log
@@ -237,9 +255,9 @@ def test_sighup_with_a_bad_policy_keeps_the_old_one(tmp_path):
         try:
             agent.wait_passes(1)
             policy.write_text("version = 1\n[[layer]]\nname = 'x'\n")
-            agent.proc.send_signal(signal.SIGHUP)
             n = agent.status()["passes"]
-            agent.wait_passes(n + 2)
+            agent.proc.send_signal(signal.SIGHUP)
+            agent.wait_passes(n + 1)
             _effects(job)  # still the old policy
         finally:
             log = agent.stop()
@@ -333,12 +351,19 @@ def test_a_renamed_thread_moves_layers_and_still_restores_to_its_first_original(
         try:
             agent.wait_passes(1)
             assert _thread_state(gloo)[1] == os.SCHED_RR | os.SCHED_RESET_ON_FORK
-            os.kill(rank, signal.SIGUSR1)  # it renames itself "python3": now a trainer thread
             n = agent.status()["passes"]
-            agent.wait_passes(n + 2)
+            os.kill(rank, signal.SIGUSR1)  # it renames itself "python3": now a trainer thread
+
+            def moved() -> bool:
+                state = _thread_state(gloo)
+                return state[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and state[2] == 10
+
+            wait_for(moved, "the renamed thread in the trainer layer", agent)
             state = _thread_state(gloo)
-            assert state[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and state[2] == 10
             assert state[4] == "/hostd/trainer" and len(state[0]) == 1
+            st = agent.status()
+            assert st["passes"] == n, "a full pass did it, not the comm event"
+            wait_for(lambda: agent.status().get("events", {}).get("event_passes"), "status")
         finally:
             log = agent.stop()
         os.kill(rank, signal.SIGUSR2)
@@ -346,3 +371,157 @@ def test_a_renamed_thread_moves_layers_and_still_restores_to_its_first_original(
         while _read(f"/proc/{gloo}/comm") != "gloo_tcp_loop" and time.monotonic() < deadline:
             time.sleep(0.01)
         assert host_state(job) == before, log
+
+
+def _children(pid: int) -> set[int]:
+    return {int(c) for c in (_read(f"/proc/{pid}/task/{pid}/children") or "").split()}
+
+
+def test_new_thread_and_new_process_after_start_are_placed_by_events(tmp_path):
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        rank = job.ranks[0]
+        agent = Agent(tmp_path, job)
+        try:
+            st = agent.wait_passes(1)
+            assert st["source"]["kind"] == "events", st["source"]
+            n = st["passes"]
+            old_tids, old_children = set(job.tids(rank)), _children(rank)
+            job.new_thread(rank)  # pt_nccl_heartbt: the comms layer, RR 15
+            wait_for(lambda: len(job.tids(rank)) > len(old_tids), "the new thread", agent)
+            job.new_worker(rank)  # one more pt_data_worker process: BATCH, nice 5
+            wait_for(lambda: _children(rank) - old_children, "the new worker", agent)
+            (tid,) = set(job.tids(rank)) - old_tids
+            (worker,) = _children(rank) - old_children
+            wait_for(
+                lambda: _thread_state(tid)[1:3] == (os.SCHED_RR | os.SCHED_RESET_ON_FORK, 15),
+                "the new comm thread in the comms layer",
+                agent,
+            )
+            wait_for(
+                lambda: (_read(f"/proc/{worker}/comm") == "pt_data_worker"
+                         and _thread_state(worker)[1] == os.SCHED_BATCH
+                         and _thread_state(worker)[3] == 5),
+                "the new data worker in the data layer",
+                agent,
+            )  # fmt: skip
+            assert agent.status()["passes"] == n, "a full pass did it, not the events"
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert " ERROR " not in log and "Traceback" not in log, log
+        after = host_state(job)
+        # The new thread and worker are hostd's changes undone, like every other thread.
+        assert _thread_state(tid)[1:4] == (os.SCHED_OTHER, 0, 0)
+        assert _thread_state(worker)[1:4] == (os.SCHED_OTHER, 0, 0)
+        for key in ("irqs", "cpusets", "latency"):
+            assert after[key] == before[key]
+        assert {t: after["threads"][t] for t in before["threads"]} == before["threads"]
+
+
+_SPAWNER = r"""
+import os, sys, threading, time
+def rename(name):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+        fh.write(name)
+def idle():
+    rename("gloo_tcp_loop")
+    time.sleep(3600)
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=idle, daemon=True).start()
+sys.stdout.write("done\n"); sys.stdout.flush()
+time.sleep(3600)
+"""
+
+
+def test_a_forced_overflow_rescans_and_misses_nothing(tmp_path):
+    """A tiny receive buffer loses events in a burst of 2,000 threads: the agent must notice
+    (ENOBUFS), rescan, and end with every thread placed."""
+    spawner = subprocess.Popen(
+        [sys.executable, "-c", _SPAWNER, "2000"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert spawner.stdout.readline().strip() == "ready"
+        state, run, log = tmp_path / "state", tmp_path / "run", tmp_path / "agent.log"
+        agent = subprocess.Popen(
+            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(state),
+             "--run-dir", str(run), "--scope-pid", str(spawner.pid)],
+            stdout=subprocess.DEVNULL, stderr=open(log, "w"),  # noqa: SIM115
+            env={**os.environ, "HOSTD_CONNECTOR_RCVBUF": "4096"},
+        )  # fmt: skip
+        status = run / "status.json"
+        wait_for(lambda: status.exists() and '"passes": 1' in status.read_text(), "first pass")
+        spawner.stdin.write("go\n")
+        spawner.stdin.flush()
+        assert spawner.stdout.readline().strip() == "done"
+        tids = [int(t) for t in os.listdir(f"/proc/{spawner.pid}/task")]
+        assert len(tids) > 2000
+
+        def placed() -> int:
+            """Threads in the comms layer: RR, or nice -20 once the layer's RT cap is full."""
+            states = [_thread_state(t) or (0, 0, 0, 0) for t in tids]
+            return sum(
+                1 for st in states
+                if st[1] == os.SCHED_RR | os.SCHED_RESET_ON_FORK
+                or (st[1] == os.SCHED_OTHER and st[3] == -20)
+            )  # fmt: skip
+
+        wait_for(lambda: placed() == 2000, "every new thread in the comms layer", timeout=60)
+        st = json.loads(status.read_text())
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=120)
+        text = log.read_text()
+        assert st["events"].get("overflows", 0) >= 1, text
+        assert "events lost (receive buffer overflow): rescanning /proc" in text
+        assert agent.returncode == 0 and " ERROR " not in text, text
+        assert placed() == 0  # and all of it restored
+    finally:
+        os.killpg(spawner.pid, signal.SIGKILL)
+        spawner.wait()
+
+
+def _set_online(cpu: int, on: bool) -> None:
+    Path(f"/sys/devices/system/cpu/cpu{cpu}/online").write_text("1" if on else "0")
+
+
+@pytest.mark.skipif(
+    not Path("/sys/devices/system/cpu/cpu1/online").exists(), reason="CPU 1 cannot be offlined"
+)
+def test_cpu_offline_and_online_ends_with_the_planned_cpusets(tmp_path):
+    """Offlining a CPU empties the v1 cpuset that held it (FACTS.md) and the kernel moves its
+    threads out; once the CPU is back, the agent (told by a uevent) puts them back."""
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = host_state(job)
+        agent = Agent(tmp_path, job)
+        cpu = None
+        try:
+            agent.wait_passes(1)
+            _effects(job)
+            cpu = _thread_state(job.ranks[0])[0][0]  # the trainer's own CPU
+            if cpu == 0:
+                pytest.skip("the trainer's CPU is CPU 0, which cannot go offline")
+            n = agent.status()["passes"]
+            _set_online(cpu, False)
+            agent.wait_passes(n + 1)  # the offline event: a full pass on one CPU fewer
+            _set_online(cpu, True)
+            cpu = None
+            agent.wait_passes(n + 2)  # the online event: planned again, cpusets refilled
+            wait_for(lambda: _try(_effects, job), "the planned cpusets back", agent)
+            assert agent.status()["events"].get("device_events", 0) >= 2
+        finally:
+            if cpu is not None:
+                _set_online(cpu, True)
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert host_state(job) == before, log
+
+
+def _try(check, *args) -> bool:
+    try:
+        check(*args)
+        return True
+    except (AssertionError, OSError, TypeError, IndexError):
+        return False

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostd.classify import Classifier
-from hostd.plan import plan
+from hostd.plan import TaskPlanner, plan
 from hostd.policy import parse_policy
 from tests import synth
 
@@ -250,3 +250,42 @@ def test_plan_invariants_hold_for_any_layers(shape, n_gpus, kinds, mins, maxs, s
             assert lp.notes
     for tp in p.tasks:
         assert tp.affinity is None or (tp.affinity and tp.affinity <= topo.online)
+
+
+@pytest.mark.parametrize("shape", ["1x8x1", "2x8x2", "1x2x1"])
+def test_incremental_decisions_equal_the_full_plan(shape):
+    """The agent decides a new or renamed thread with ``TaskPlanner.for_plan``: for every thread
+    it must say what the full plan said (same CPUs, sched, node, cpuset)."""
+    topo = synth.topology(shape, gpus=8 if shape.startswith("2") else 1)
+    policy = parse_policy(TRAINING, "test.toml")
+    classified = Classifier(policy).classify_all(job(topo))
+    full = plan(topo, classified, policy)
+    planner = TaskPlanner.for_plan(full, topo, policy, allow_rt=True)
+    by_key = {(tp.tid, tp.start_time): tp for tp in full.tasks}
+    numa = {}
+    for item in classified:
+        tp, np_ = planner.decide(item)
+        assert tp == by_key.get(item.task.key), item.task
+        if np_ is not None:
+            numa[np_.pid] = np_
+    assert not numa  # the full plan's NUMA targets are known: nothing placed twice
+
+
+def test_incremental_rt_cap_frees_slots_of_exited_threads():
+    topo = synth.topology("1x2x1")
+    capped = TRAINING.replace(
+        b'sched = { policy = "fifo", priority = 10 }',
+        b'sched = { policy = "fifo", priority = 10, max_rt_threads = 2 }',
+    )
+    policy = parse_policy(capped, "test.toml")
+    launcher = synth.process(100, "pt_elastic")
+    rank = synth.process(200, parent_comm="pt_elastic", ppid=100)
+    tasks = synth.threads(launcher, 1, online=topo.online) + synth.threads(rank, 3)
+    classified = Classifier(policy).classify_all(tasks)
+    full = plan(topo, classified, policy)
+    planner = TaskPlanner.for_plan(full, topo, policy, allow_rt=True)
+    rank_items = [c for c in classified if c.task.pid == 200]
+    assert [planner.decide(c)[0].policy for c in rank_items] == ["fifo", "fifo", "other"]
+    planner.forget(rank_items[0].task.key)  # a FIFO thread exited: its slot is free again
+    newcomer = rank_items[2]
+    assert planner.decide(newcomer)[0].policy == "fifo"
