@@ -84,13 +84,18 @@ def _dma_latency() -> int | None:
 
 
 class Agent:
-    def __init__(self, tmp: Path, job: TrainingJob, *extra: str) -> None:
+    """``hostd run`` scoped to one process tree, with its log, status and a stop that restores."""
+
+    def __init__(
+        self, tmp: Path, scope: int, *extra: str, policy: Path = POLICY, env: dict | None = None
+    ) -> None:
         self.state, self.run = tmp / "state", tmp / "run"
         self.log = tmp / "agent.log"
         self.proc = subprocess.Popen(
-            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(self.state),
-             "--run-dir", str(self.run), "--scope-pid", str(job.launcher), *extra],
+            [HOSTD, "run", "--policy", str(policy), "--state-dir", str(self.state),
+             "--run-dir", str(self.run), "--scope-pid", str(scope), *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log, "w"),  # noqa: SIM115
+            env={**os.environ, **(env or {})},
         )  # fmt: skip
 
     def status(self) -> dict:
@@ -116,8 +121,9 @@ class Agent:
         return self.wait_passes(n + 1, timeout)
 
     def stop(self, sig: int = signal.SIGTERM) -> str:
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=60)
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=120)
         return self.log.read_text()
 
 
@@ -169,7 +175,7 @@ def _effects(job: TrainingJob) -> None:
 def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
     with TrainingJob(ranks=2, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         try:
             agent.wait_passes(1)
             st = agent.full_pass()
@@ -194,7 +200,7 @@ def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
 def test_kill_9_then_restore_puts_the_host_back(tmp_path):
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         agent.wait_passes(1)
         agent.stop(signal.SIGKILL)
         _effects(job)  # a crash leaves the changes in place...
@@ -209,7 +215,7 @@ def test_kill_9_then_restore_puts_the_host_back(tmp_path):
 def test_observe_mode_changes_nothing(tmp_path):
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job, "--mode", "observe")
+        agent = Agent(tmp_path, job.launcher, "--mode", "observe")
         st = agent.wait_passes(1)
         assert st["last_pass"]["counts"].get("would-apply", 0) > 0
         assert host_state(job) == before
@@ -220,7 +226,7 @@ def test_observe_mode_changes_nothing(tmp_path):
 def test_disable_restores_and_enable_reapplies(tmp_path):
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         try:
             agent.wait_passes(1)
             _effects(job)
@@ -243,15 +249,7 @@ def test_sighup_with_a_bad_policy_keeps_the_old_one(tmp_path):
     policy.write_text(POLICY.read_text())
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job)
-        agent.proc.kill()  # replace it with one that reads the copy
-        agent.proc.wait()
-        hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
-        agent.proc = subprocess.Popen(
-            [HOSTD, "run", "--policy", str(policy), "--state-dir", str(agent.state),
-             "--run-dir", str(agent.run), "--scope-pid", str(job.launcher)],
-            stdout=subprocess.DEVNULL, stderr=open(agent.log, "w"),  # noqa: SIM115
-        )  # fmt: skip
+        agent = Agent(tmp_path, job.launcher, policy=policy)
         try:
             agent.wait_passes(1)
             policy.write_text("version = 1\n[[layer]]\nname = 'x'\n")
@@ -267,7 +265,7 @@ def test_sighup_with_a_bad_policy_keeps_the_old_one(tmp_path):
 
 def test_second_agent_refuses_to_start(tmp_path):
     with TrainingJob(ranks=1, workers=0) as job:
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         try:
             agent.wait_passes(1)
             second = subprocess.run(
@@ -317,27 +315,23 @@ def test_race_5000_short_lived_threads_while_applying(tmp_path):
         [sys.executable, "-c", _CHURN], stdout=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
+    agent = None
     try:
         assert churn.stdout.readline().strip() == "ready"
-        state, run = tmp_path / "state", tmp_path / "run"
-        log = tmp_path / "agent.log"
-        agent = subprocess.Popen(
-            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(state),
-             "--run-dir", str(run), "--scope-pid", str(churn.pid)],
-            stdout=subprocess.DEVNULL, stderr=open(log, "w"),  # noqa: SIM115
-        )  # fmt: skip
+        agent = Agent(tmp_path, churn.pid)
         assert churn.stdout.readline().strip() == "done"  # 5000 threads came and went
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=120)
-        text = log.read_text()
-        assert agent.returncode == 0, text
+        text = agent.stop()
+        assert agent.proc.returncode == 0, text
         assert "Traceback" not in text and " ERROR " not in text, text
         passes = [ln for ln in text.splitlines() if " pass n=" in ln]
         assert passes, text
         # A consistent journal: everything restored or gone, the file removed.
-        assert not (state / "journal.jsonl").exists(), (state / "journal.jsonl").read_text()[:2000]
+        journal = agent.state / "journal.jsonl"
+        assert not journal.exists(), journal.read_text()[:2000]
         assert _thread_state(churn.pid)[1] == os.SCHED_OTHER
     finally:
+        if agent is not None:
+            agent.stop()
         os.killpg(churn.pid, signal.SIGKILL)
         churn.wait()
 
@@ -347,7 +341,7 @@ def test_a_renamed_thread_moves_layers_and_still_restores_to_its_first_original(
         before = host_state(job)
         rank = job.ranks[0]
         gloo = next(t for t in job.tids(rank) if _read(f"/proc/{t}/comm") == "gloo_tcp_loop")
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         try:
             agent.wait_passes(1)
             assert _thread_state(gloo)[1] == os.SCHED_RR | os.SCHED_RESET_ON_FORK
@@ -381,7 +375,7 @@ def test_new_thread_and_new_process_after_start_are_placed_by_events(tmp_path):
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
         rank = job.ranks[0]
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         try:
             st = agent.wait_passes(1)
             assert st["source"]["kind"] == "events", st["source"]
@@ -443,17 +437,11 @@ def test_a_forced_overflow_rescans_and_misses_nothing(tmp_path):
         [sys.executable, "-c", _SPAWNER, "2000"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+    agent = None
     try:
         assert spawner.stdout.readline().strip() == "ready"
-        state, run, log = tmp_path / "state", tmp_path / "run", tmp_path / "agent.log"
-        agent = subprocess.Popen(
-            [HOSTD, "run", "--policy", str(POLICY), "--state-dir", str(state),
-             "--run-dir", str(run), "--scope-pid", str(spawner.pid)],
-            stdout=subprocess.DEVNULL, stderr=open(log, "w"),  # noqa: SIM115
-            env={**os.environ, "HOSTD_CONNECTOR_RCVBUF": "4096"},
-        )  # fmt: skip
-        status = run / "status.json"
-        wait_for(lambda: status.exists() and '"passes": 1' in status.read_text(), "first pass")
+        agent = Agent(tmp_path, spawner.pid, env={"HOSTD_CONNECTOR_RCVBUF": "4096"})
+        agent.wait_passes(1)
         spawner.stdin.write("go\n")
         spawner.stdin.flush()
         assert spawner.stdout.readline().strip() == "done"
@@ -469,16 +457,16 @@ def test_a_forced_overflow_rescans_and_misses_nothing(tmp_path):
                 or (st[1] == os.SCHED_OTHER and st[3] == -20)
             )  # fmt: skip
 
-        wait_for(lambda: placed() == 2000, "every new thread in the comms layer", timeout=60)
-        st = json.loads(status.read_text())
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=120)
-        text = log.read_text()
+        wait_for(lambda: placed() == 2000, "every new thread in the comms layer", agent, 60)
+        st = agent.status()
+        text = agent.stop()
         assert st["events"].get("overflows", 0) >= 1, text
         assert "events lost (receive buffer overflow): rescanning /proc" in text
-        assert agent.returncode == 0 and " ERROR " not in text, text
+        assert agent.proc.returncode == 0 and " ERROR " not in text, text
         assert placed() == 0  # and all of it restored
     finally:
+        if agent is not None:
+            agent.stop()
         os.killpg(spawner.pid, signal.SIGKILL)
         spawner.wait()
 
@@ -495,7 +483,7 @@ def test_cpu_offline_and_online_ends_with_the_planned_cpusets(tmp_path):
     threads out; once the CPU is back, the agent (told by a uevent) puts them back."""
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
-        agent = Agent(tmp_path, job)
+        agent = Agent(tmp_path, job.launcher)
         cpu = None
         try:
             agent.wait_passes(1)
@@ -525,3 +513,35 @@ def _try(check, *args) -> bool:
         return True
     except (AssertionError, OSError, TypeError, IndexError):
         return False
+
+
+def test_polling_fallback_places_new_threads_and_says_so(tmp_path):
+    """``[agent] source = "poll"`` (what hostd does where the connector is unavailable): new
+    threads are placed by the next rescan, and status and the log say which source is used."""
+    policy = tmp_path / "poll.toml"
+    policy.write_text(
+        POLICY.read_text().replace('mode = "enforce"', 'mode = "enforce"\nsource = "poll"')
+    )
+    with TrainingJob(ranks=1, workers=0) as job:
+        before = host_state(job)
+        rank = job.ranks[0]
+        agent = Agent(tmp_path, job.launcher, policy=policy)
+        try:
+            st = agent.wait_passes(1)
+            assert st["source"]["kind"] == "poll", st["source"]
+            assert "polling /proc every 0.2 s" in st["source"]["detail"]
+            old = set(job.tids(rank))
+            job.new_thread(rank)
+            wait_for(lambda: len(job.tids(rank)) > len(old), "the new thread", agent)
+            (tid,) = set(job.tids(rank)) - old
+            wait_for(
+                lambda: _thread_state(tid)[1:3] == (os.SCHED_RR | os.SCHED_RESET_ON_FORK, 15),
+                "the new comm thread placed by a polling pass",
+                agent,
+            )
+            assert agent.status()["events"].get("event_passes", 0) == 0
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        after = host_state(job)
+        assert {t: after["threads"][t] for t in before["threads"]} == before["threads"]
