@@ -371,11 +371,12 @@ class Agent:
                 task_plans.append(tp)
             if np_ is not None:
                 numa_plans.append(np_)
-        report = self._reconcile(
-            desired_for_tasks(task_plans, numa_plans),
-            observed_state(item.task for item in items),
-            only=[item.task.key for item in items],
-        )
+        with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
+            report = self._reconcile(
+                desired_for_tasks(task_plans, numa_plans),
+                observed_state(item.task for item in items),
+                only=[item.task.key for item in items],
+            )
         self.counters["events"] += len(events)
         self.counters["event_passes"] += 1
         for r in report.results:
@@ -603,6 +604,13 @@ class Agent:
             self.policy.source,
             os.getpid(),
         )
+        # hostd's own priority: in a storm of new threads it must not be starved by the very
+        # threads it is placing (it uses CPU only when there are events).
+        if self.policy.agent_nice is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, self.policy.agent_nice)
+            except OSError as exc:
+                log.info("agent nice=%d refused (%s)", self.policy.agent_nice, exc.strerror)
         try:
             if once:
                 return self.pass_once("once")

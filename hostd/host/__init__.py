@@ -12,9 +12,11 @@ snapshots), the CLI (``Host()`` for the live machine, ``Host(path)`` for ``--roo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+from collections.abc import Iterator
 from types import ModuleType
 
 from hostd.host import syscalls
@@ -39,6 +41,7 @@ class Host:
         self.root = root if root == "/" else os.path.abspath(root)
         self._prefix = "/" if self.root == "/" else self.root.rstrip("/") + "/"
         self._nvml: tuple[NvmlInfo | None, str] | None = None
+        self._known_start: dict[int, int] | None = None
 
     # -- generic access ---------------------------------------------------------------------
     @property
@@ -157,6 +160,18 @@ class Host:
             raise from_oserror(exc, self._prefix + rel) from None
 
     # -- threads -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def known_start_times(self, known: dict[int, int]) -> Iterator[None]:
+        """Within the block, trust these (tid -> start time) values just read from /proc instead
+        of reading them again before every write. The agent's event pass uses it: it reads a
+        thread and writes its knobs within a millisecond, far less than the time the kernel
+        takes to hand out the same tid again (a thread that exits in between gives ESRCH)."""
+        self._known_start = known
+        try:
+            yield
+        finally:
+            self._known_start = None
+
     def start_time(self, tid: int) -> int | None:
         """A thread's start time (clock ticks after boot), or None when it is gone.
 
@@ -164,6 +179,8 @@ class Host:
         ``proc/TID/stat`` is the whole group's file, which the kernel builds by walking every
         thread (about 0.5 ms in a 5,000-thread process, against 10 us; BENCHMARKS.md).
         """
+        if self._known_start is not None and tid in self._known_start:
+            return self._known_start[tid]
         try:
             text = self.read(f"proc/{tid}/task/{tid}/stat")
         except OSError:

@@ -198,6 +198,7 @@ class Policy:
     interval: float = 5.0  # [agent] interval: seconds between passes when polling /proc
     event_source: str = "auto"  # [agent] source: "auto" (events where possible), "events", "poll"
     rescan_interval: float = 60.0  # [agent] rescan_interval: the drift check, event mode
+    agent_nice: int | None = -10  # [agent] nice: hostd's own nice value (None: leave it)
     cpu_dma_latency_us: int | None = None  # [agent] a C-state limit held while hostd runs
 
     def layer(self, name: str) -> Layer:
@@ -507,6 +508,7 @@ class _Checker:
                 "interval",
                 "source",
                 "rescan_interval",
+                "nice",
                 "cpu_dma_latency_us",
             ),
         )
@@ -527,6 +529,13 @@ class _Checker:
             raise self.fail(
                 "agent.rescan_interval", rescan, "seconds between drift rescans, at least 1"
             )
+        agent_nice = agent.get("nice", -10)
+        if agent_nice != "keep" and (
+            isinstance(agent_nice, bool)
+            or not isinstance(agent_nice, int)
+            or not -20 <= agent_nice <= 19
+        ):
+            raise self.fail("agent.nice", agent_nice, 'an integer from -20 to 19, or "keep"')
         latency = agent.get("cpu_dma_latency_us")
         if latency is not None:
             latency = self.integer(latency, "agent.cpu_dma_latency_us", 0, 2_000_000_000)
@@ -574,6 +583,7 @@ class _Checker:
             interval=float(interval),
             event_source=source,
             rescan_interval=float(rescan),
+            agent_nice=None if agent_nice == "keep" else agent_nice,
             cpu_dma_latency_us=latency,
             warnings=tuple(self.warnings),
         )
