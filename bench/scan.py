@@ -730,11 +730,14 @@ def render(
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace the section (up to the next "## " heading) in ``path``, or append it."""
+def write_section(path: Path, section: str, heading: str = SECTION) -> None:
+    """Replace the section ``heading`` (up to the next "## " heading) in ``path``, or append it.
+
+    bench/reaction.py writes its own section through this too.
+    """
     text = path.read_text() if path.exists() else "# Benchmarks\n\nResults of `bench/`.\n"
     lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == heading), None)
     if start is None:
         new = text.rstrip("\n") + "\n\n" + section
     else:

@@ -671,8 +671,10 @@ class Agent:
         now = time.monotonic()
         if now >= due:
             self._full(why)
-        elif now >= status_due and self.counters != self._status_counters:
-            self._write_status(self._last_report, None, state="running")
+        elif now >= status_due:
+            if self.counters != self._status_counters:
+                self._write_status(self._last_report, None, state="running")
+            self._last_status = now  # nothing new: check again in a second
 
     def _finish(self) -> None:
         if self._stop and self.policy.restore_on_exit and self.mode == "enforce":
