@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -181,6 +182,9 @@ class Agent:
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
         self.replan_due: float | None = None
+        # v1 cpuset joins that event passes left for a quiet moment: key -> (cgroup path,
+        # the thread's affinity key, its affinity value).
+        self.pending_cpusets: dict[str, tuple[object, str, object]] = {}
         self.counters: Counter[str] = Counter()
         self._last_status = 0.0
         self._status_counters: Counter[str] = Counter()
@@ -230,6 +234,7 @@ class Agent:
             self.last_full = time.monotonic()
             return report
         self.topology = topo = read_topology(self.host)
+        self.pending_cpusets.clear()  # this pass places every thread in its cpuset
         tasks = self.cache.rescan()
         classified = self.classifier.classify_all(tasks)
         self.classified = {c.task.tid: c for c in classified}
@@ -371,9 +376,18 @@ class Agent:
                 task_plans.append(tp)
             if np_ is not None:
                 numa_plans.append(np_)
+        want = desired_for_tasks(task_plans, numa_plans)
+        # Joining a v1 cpuset takes the cgroup core's thread-group lock for writing, which
+        # waits out every fork in flight: in a thread storm, milliseconds per thread. A new
+        # thread's affinity already keeps it on its layer's CPUs, so it joins its layer's
+        # cpuset a moment later (``_join_cpusets``), when no events are waiting. Leaving a
+        # hostd cpuset ("/") cannot wait: its affinity would not fit the cpuset it is in.
+        for key in [k for k, v in want.items() if v != "/" and knobs.kind_of(k) == "cpuset"]:
+            affinity_key = key.rsplit("/", 1)[0] + "/affinity"
+            self.pending_cpusets[key] = (want.pop(key), affinity_key, want.get(affinity_key))
         with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
             report = self._reconcile(
-                desired_for_tasks(task_plans, numa_plans),
+                want,
                 observed_state(item.task for item in items),
                 only=[item.task.key for item in items],
             )
@@ -403,6 +417,19 @@ class Agent:
         if task is not None and self.planner is not None:
             self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
         return task
+
+    def _join_cpusets(self, budget: int = 64) -> None:
+        """Move up to ``budget`` threads that events placed into their layer's v1 cpuset, then
+        set their affinity again (joining a v1 cpuset resets it)."""
+        keys = list(itertools.islice(self.pending_cpusets, budget))
+        pending = [self.pending_cpusets.pop(k) for k in keys]
+        joins = {k: p[0] for k, p in zip(keys, pending, strict=True)}
+        affinities = {p[1]: p[2] for p in pending if p[2] is not None}
+        for want in (joins, affinities):  # two steps: the affinity is read after the join
+            report = self._reconcile(want, {}, only=())
+            for r in report.results:
+                self.counters[r.outcome] += 1
+            self._log_problems(report)
 
     def _check_layer_sizes(self) -> None:
         """Events moved threads between layers: when a layer's CPU share would change, plan the
@@ -624,6 +651,12 @@ class Agent:
             self._cstate(False)
             self._finish()
 
+    def _events_waiting(self) -> bool:
+        if self.connector is None:
+            return False
+        ready, _, _ = select.select([self.connector.fileno()], [], [], 0)
+        return bool(ready)
+
     def _step(self) -> None:
         """Wait for the next event or timer, and handle it."""
         due, why = self._next_full()
@@ -634,6 +667,8 @@ class Agent:
             fds.append(self.devices.fileno())
         status_due = self._last_status + 1.0
         timeout = max(0.0, min(due, status_due) - time.monotonic())
+        if self.pending_cpusets:
+            timeout = 0.0
         ready, _, _ = select.select(fds, [], [], timeout)
         if self._wake_r in ready:
             self._drain_wake()
@@ -668,6 +703,8 @@ class Agent:
                 log.exception("event pass failed; a full pass follows")
                 self._full("recovery")
                 return
+        if self.pending_cpusets and not self._events_waiting():
+            self._join_cpusets()
         now = time.monotonic()
         if now >= due:
             self._full(why)
