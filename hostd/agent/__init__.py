@@ -418,7 +418,7 @@ class Agent:
             self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
         return task
 
-    def _join_cpusets(self, budget: int = 64) -> None:
+    def _join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's v1 cpuset, then
         set their affinity again (joining a v1 cpuset resets it)."""
         keys = list(itertools.islice(self.pending_cpusets, budget))
@@ -703,8 +703,11 @@ class Agent:
                 log.exception("event pass failed; a full pass follows")
                 self._full("recovery")
                 return
-        if self.pending_cpusets and not self._events_waiting():
-            self._join_cpusets()
+        # A few joins at a time, and only while no event waits: each can block for
+        # milliseconds while threads are being created.
+        deadline = time.monotonic() + 0.002
+        while self.pending_cpusets and not self._events_waiting() and time.monotonic() < deadline:
+            self._join_cpusets(4)
         now = time.monotonic()
         if now >= due:
             self._full(why)

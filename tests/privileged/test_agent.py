@@ -235,8 +235,8 @@ def test_disable_restores_and_enable_reapplies(tmp_path):
             while agent.status().get("state") != "disabled" and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert host_state(job) == before
-            assert hostd("enable", "--run-dir", str(agent.run)).returncode == 0
             n = agent.status()["passes"]
+            assert hostd("enable", "--run-dir", str(agent.run)).returncode == 0
             agent.wait_passes(n + 1)
             _effects(job)
         finally:
