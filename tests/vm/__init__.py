@@ -1,0 +1,1 @@
+"""The VM tier: multi-NUMA, cgroup-v2 tests run inside one small QEMU VM (see README.md)."""

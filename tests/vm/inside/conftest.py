@@ -1,0 +1,220 @@
+"""Fixtures of the tests that run inside the VM, and the rule that each leaves the kernel as found.
+
+These tests run only inside the VM that ``tests/vm/vm.py`` boots (it sets ``HOSTD_IN_VM=1``);
+the outer run never collects this folder (``tests/vm/conftest.py``), and a direct run on some
+other machine skips every test here. ``kernel_state`` (autouse) snapshots what these tests may
+change (the cgroup tree and the root cgroup's cpuset files, online CPUs, IRQ affinities, NUMA
+balancing and THP settings, mounts, this process's own placement) and asserts after each test
+that it is the same again. The other fixtures create things and take them away: ``v2`` (child
+cgroups of the root cgroup, with the cpuset controller enabled for them), ``sleeper`` (a process
+to move around), ``hotplug`` (CPU offline/online, every CPU back online afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hostd.cpuset import parse_cpulist
+from hostd.host import Gone, Host
+
+IN_VM = os.environ.get("HOSTD_IN_VM") == "1"
+CGROUP = Path("/sys/fs/cgroup")
+CPUS = Path("/sys/devices/system/cpu")
+NODE0, NODE1 = frozenset({0, 1}), frozenset({2, 3})
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not IN_VM:
+        pytest.skip("runs only inside the VM that tests/vm boots (HOSTD_IN_VM=1)")
+
+
+def read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def status_field(pid: int, field: str) -> str | None:
+    """A field of /proc/PID/status (proc(5)), e.g. Cpus_allowed_list."""
+    for line in (read(f"/proc/{pid}/status") or "").splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return value.strip()
+    return None
+
+
+def cpus_allowed(pid: int) -> frozenset[int]:
+    return parse_cpulist(status_field(pid, "Cpus_allowed_list") or "")
+
+
+def hostd(*args: str) -> subprocess.CompletedProcess:
+    """The ``hostd`` command line, run by this interpreter; it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from hostd.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def snapshot() -> dict:
+    """What the VM tests may change, as the kernel shows it."""
+    groups = sorted(str(p.relative_to(CGROUP)) for p in CGROUP.rglob("*") if p.is_dir())
+    root = {
+        name: read(CGROUP / name)
+        for name in ("cgroup.subtree_control", "cpuset.cpus.effective", "cpuset.mems.effective")
+    }
+    irqs = {
+        irq: read(f"/proc/irq/{irq}/smp_affinity_list")
+        for irq in sorted(os.listdir("/proc/irq"))
+        if irq.isdigit()
+    }
+    me = (
+        sorted(os.sched_getaffinity(0)),
+        os.sched_getscheduler(0),
+        os.getpriority(os.PRIO_PROCESS, 0),
+        read("/proc/self/cgroup"),
+    )
+    mm = {
+        name: read(path)
+        for name, path in (
+            ("numa_balancing", "/proc/sys/kernel/numa_balancing"),
+            ("thp", "/sys/kernel/mm/transparent_hugepage/enabled"),
+        )
+    }
+    return {
+        "groups": groups,
+        "mm": mm,
+        "mounts": sorted(
+            line.split()[4] for line in (read("/proc/self/mountinfo") or "").splitlines()
+        ),
+        "root": root,
+        "online": read(CPUS / "online"),
+        "irqs": irqs,
+        "self": me,
+    }
+
+
+@pytest.fixture(autouse=True)
+def kernel_state():
+    """Every test leaves the kernel as it found it."""
+    before = snapshot()
+    yield before
+    assert snapshot() == before
+
+
+@pytest.fixture
+def host() -> Host:
+    return Host()
+
+
+class V2:
+    """Child cgroups of the root cgroup for one test, with the cpuset controller enabled.
+
+    Paths are relative to the v2 mount ("" is the root cgroup). ``cleanup`` moves every process
+    left in them back to the root, turns partitions back into members, removes them (deepest
+    first) and disables the cpuset controller again if this enabled it.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.created: list[str] = []
+        self.enabled = False
+
+    def rel(self, group: str, name: str) -> str:
+        return "/".join(p for p in ("sys/fs/cgroup", group.strip("/"), name) if p)
+
+    def read(self, group: str, name: str) -> str | None:
+        return self.host.read_line(self.rel(group, name))
+
+    def write(self, group: str, name: str, value: str) -> None:
+        self.host.write(self.rel(group, name), value)
+
+    def enable_cpuset(self, group: str = "") -> None:
+        if "cpuset" not in (self.read(group, "cgroup.subtree_control") or "").split():
+            self.write(group, "cgroup.subtree_control", "+cpuset")
+            self.enabled = True
+
+    def create(self, group: str) -> str:
+        self.enable_cpuset()
+        if self.host.mkdir(self.rel(group, "")):
+            self.created.append(group)
+        return group
+
+    def move(self, pid: int, group: str = "") -> None:
+        self.write(group, "cgroup.procs", str(pid))
+
+    def cleanup(self) -> None:
+        for group in reversed(self.created):
+            for pid in (self.read(group, "cgroup.procs") or "").split():
+                with contextlib.suppress(Gone):
+                    self.move(int(pid))
+            if self.read(group, "cpuset.cpus.partition") not in (None, "member"):
+                self.write(group, "cpuset.cpus.partition", "member")
+            self.host.rmdir(self.rel(group, ""))
+        self.created.clear()
+        if self.enabled:
+            self.write("", "cgroup.subtree_control", "-cpuset")
+            self.enabled = False
+
+
+@pytest.fixture
+def v2(host: Host):
+    sandbox = V2(host)
+    try:
+        yield sandbox
+    finally:
+        sandbox.cleanup()
+
+
+@pytest.fixture
+def sleeper():
+    """A process that sleeps until the test is over."""
+    proc = subprocess.Popen(["sleep", "3600"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+class Hotplug:
+    """CPU offline/online through sysfs (Documentation/core-api/cpu_hotplug.rst)."""
+
+    def __init__(self) -> None:
+        self.touched: set[int] = set()
+
+    def set(self, cpu: int, online: bool) -> None:
+        self.touched.add(cpu)
+        (CPUS / f"cpu{cpu}" / "online").write_text("1" if online else "0")
+        want = "1" if online else "0"
+        deadline = time.monotonic() + 30
+        while read(CPUS / f"cpu{cpu}" / "online") != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def online(self) -> frozenset[int]:
+        return parse_cpulist(read(CPUS / "online") or "")
+
+    def restore(self) -> None:
+        for cpu in sorted(self.touched):
+            if read(CPUS / f"cpu{cpu}" / "online") == "0":
+                self.set(cpu, True)
+
+
+@pytest.fixture
+def hotplug():
+    plug = Hotplug()
+    try:
+        yield plug
+    finally:
+        plug.restore()

@@ -1,0 +1,85 @@
+"""CPU hotplug under cgroup v2 cpusets: what the kernel does, recorded as assertions.
+
+Measured here (Debian's 6.1 kernel, the VM of tests/vm): on v2, offlining a CPU shrinks the
+``cpuset.cpus.effective`` of every cgroup holding it (and the affinity of their processes),
+while ``cpuset.cpus`` keeps what was written; onlining it gives both back, with no help. When
+every CPU of a member cgroup goes offline its processes fall back to the parent's effective
+CPUs, and come back when one returns. A partition root stays a partition root through it. This
+differs from v1 (FACTS.md: offlining empties a v1 cpuset, moves its tasks to the parent, and
+onlining restores nothing), which is why hostd re-applies after a CPU comes back.
+
+The agent's re-apply after an online event (``hostd.agent``) gets its test in this file, on the
+same fixtures: ``node1_group`` (a member v2 child holding CPUs 2-3 with a process in it) and
+``hotplug`` (offline/online, every CPU back online afterwards).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hostd.cpuset import parse_cpulist
+from hostd.cpuset.cgroup import write_v2_cpuset
+from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed
+
+GROUP = "hostd-vmtest-hotplug"
+ALL = NODE0 | NODE1
+
+
+def hold_node1(host, v2, pid: int, partition: str) -> None:
+    """Make GROUP a v2 child with cpuset.cpus 2-3 (a member or a partition root) holding pid."""
+    v2.create(GROUP)
+    write_v2_cpuset(host, GROUP, NODE1, frozenset({1}), None if partition == "member" else "root")
+    v2.move(pid, GROUP)
+    assert v2.read(GROUP, "cpuset.cpus.partition") == partition
+    assert cpus_allowed(pid) == NODE1
+
+
+@pytest.fixture
+def node1_group(host, v2, sleeper) -> int:
+    """A member v2 child holding CPUs 2-3 with a sleeping process in it; its pid."""
+    hold_node1(host, v2, sleeper.pid, "member")
+    return sleeper.pid
+
+
+def effective(v2, group: str) -> frozenset[int]:
+    return parse_cpulist(v2.read(group, "cpuset.cpus.effective") or "")
+
+
+@pytest.mark.parametrize("kind", ["member", "root"])
+def test_offline_shrinks_the_effective_cpus_and_online_gives_them_back(
+    host, v2, hotplug, sleeper, kind
+):
+    pid = sleeper.pid
+    hold_node1(host, v2, pid, kind)
+    hotplug.set(3, False)
+    assert hotplug.online() == {0, 1, 2}
+    assert parse_cpulist(v2.read(GROUP, "cpuset.cpus")) == NODE1  # what was written stays
+    assert effective(v2, GROUP) == {2}
+    assert v2.read(GROUP, "cpuset.cpus.partition") == kind
+    assert cpus_allowed(pid) == {2}
+    assert str(pid) in v2.read(GROUP, "cgroup.procs").split()  # not moved out (v1 would)
+    # The root keeps only its own CPUs: a partition's offline CPU does not come back to it.
+    assert effective(v2, "") == ({0, 1, 2} if kind == "member" else NODE0)
+
+    hotplug.set(3, True)
+    assert hotplug.online() == ALL
+    assert effective(v2, GROUP) == NODE1
+    assert cpus_allowed(pid) == NODE1
+    assert v2.read(GROUP, "cpuset.cpus.partition") == kind
+    assert effective(v2, "") == (ALL if kind == "member" else NODE0)
+
+
+def test_member_with_every_cpu_offline_falls_back_to_the_parent(v2, hotplug, node1_group):
+    pid = node1_group
+    hotplug.set(3, False)
+    hotplug.set(2, False)
+    assert hotplug.online() == NODE0
+    assert parse_cpulist(v2.read(GROUP, "cpuset.cpus")) == NODE1
+    assert effective(v2, GROUP) == NODE0  # the parent's effective CPUs
+    assert cpus_allowed(pid) == NODE0
+    assert str(pid) in v2.read(GROUP, "cgroup.procs").split()
+
+    hotplug.set(2, True)
+    hotplug.set(3, True)
+    assert effective(v2, GROUP) == NODE1
+    assert cpus_allowed(pid) == NODE1
