@@ -227,6 +227,7 @@ class Agent:
         started = time.monotonic()
         self._cstate(not self.disabled)
         self.replan_due = None
+        self.pending_cpusets.clear()  # a full pass places every thread in its cpuset, or none
         if self.disabled:
             self.planner = None  # events change nothing while switched off
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
@@ -234,7 +235,6 @@ class Agent:
             self.last_full = time.monotonic()
             return report
         self.topology = topo = read_topology(self.host)
-        self.pending_cpusets.clear()  # this pass places every thread in its cpuset
         tasks = self.cache.rescan()
         classified = self.classifier.classify_all(tasks)
         self.classified = {c.task.tid: c for c in classified}
@@ -644,7 +644,12 @@ class Agent:
             self._open_sources()
             self._full("start")
             while not self._stop:
-                self._step()
+                try:
+                    self._step()
+                except Exception:  # an event source failing must not end the agent
+                    log.exception("event loop step failed; a full pass follows")
+                    time.sleep(0.5)
+                    self._full("recovery")
             return self._last_report
         finally:
             self._close_sources()
