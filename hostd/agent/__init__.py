@@ -16,7 +16,8 @@ whole plan. ``Agent.run()`` then waits on its event sources in one ``select`` lo
   of a rescan so it never takes more than 1% of a CPU; without the connector (a container
   without the host's pid namespace, or ``[agent] source = "poll"``), a full pass every
   ``[agent] interval`` seconds instead. When events change a layer's thread count enough to
-  change its CPU share, a full re-plan follows, at most one per 20 times its cost.
+  change its CPU share, a full re-plan follows, at most one per 20 times its cost (a layer that
+  shrank waits 30 s: a short-lived matching process must not make the host flap).
 
 SIGTERM/SIGINT restore everything hostd changed (unless the policy says ``restore_on_exit =
 false``). SIGHUP reloads the policy (a bad new policy keeps the old one, and says why); SIGUSR1
@@ -443,8 +444,11 @@ class Agent:
                 continue
             want = layer_want(self.policy.layer(lp.name), self.layer_counts[lp.name], total, width)
             if want != lp.wanted:
+                # A layer that grew gets its CPUs within a second; one that shrank waits half a
+                # minute, so a short-lived matching process does not make the host flap.
+                wait = 1.0 if want > lp.wanted else 30.0
                 self.replan_due = max(
-                    time.monotonic(), self.last_full + max(1.0, 20 * self.full_cost)
+                    time.monotonic(), self.last_full + max(wait, 20 * self.full_cost)
                 )
                 log.info("replan layer=%s wanted=%d now=%d", lp.name, lp.wanted, want)
                 return
