@@ -1,11 +1,12 @@
 """What this host allows hostd to do: probes, plain-language findings, and the feature switches.
 
-``probe(host)`` checks each mechanism without leaving a trace (a forked child tries
-SCHED_FIFO on itself; move_pages is asked where one of hostd's own pages is; a netlink socket is
-opened and closed; IRQs are not written) and returns ``Capabilities``: what ``hostd run`` will
-use, feature by feature, and one ``Finding`` per probe for ``hostd doctor``. The agent degrades
-by these switches instead of failing: no RT means RT layers get nice -20; no cpuset means
-affinity only; no IRQ access or no cpufreq means those parts of the plan are skipped.
+``probe(host)`` checks each mechanism without leaving a trace (a forked child tries SCHED_FIFO
+on itself; move_pages is asked where one of hostd's own pages is; the proc connector is subscribed
+to, its acknowledgement checked, then released; IRQs are not written) and returns
+``Capabilities``: what ``hostd run`` will use, feature by feature, and one ``Finding`` per probe
+for ``hostd doctor``. The agent degrades by these switches instead of failing: no RT means RT
+layers get nice -20; no cpuset means affinity only; no IRQ access or no cpufreq means those parts
+of the plan are skipped.
 """
 
 from __future__ import annotations

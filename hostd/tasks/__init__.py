@@ -113,6 +113,25 @@ class Task:
         return POLICY_NAMES.get(self.policy, str(self.policy))
 
 
+def _task(tid: int, stat: Stat, cpus: frozenset[int], uid: int, gid: int, proc: Process) -> Task:
+    return Task(
+        tid=tid,
+        start_time=stat.start_time,
+        comm=stat.comm,
+        state=stat.state,
+        uid=uid,
+        gid=gid,
+        nice=stat.nice,
+        policy=stat.policy,
+        rt_priority=stat.rt_priority,
+        affinity=cpus,
+        utime=stat.utime,
+        stime=stat.stime,
+        processor=stat.processor,
+        process=proc,
+    )
+
+
 def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
     found = set()
     base = f"proc/{pid}/fd/"
@@ -234,22 +253,7 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
         procs[pid] = replace(proc, parent_comm=parent or "")
 
     tasks = [
-        Task(
-            tid=tid,
-            start_time=stat.start_time,
-            comm=stat.comm,
-            state=stat.state,
-            uid=creds[pid].uid,
-            gid=creds[pid].gid,
-            nice=stat.nice,
-            policy=stat.policy,
-            rt_priority=stat.rt_priority,
-            affinity=cpus,
-            utime=stat.utime,
-            stime=stat.stime,
-            processor=stat.processor,
-            process=procs[pid],
-        )
+        _task(tid, stat, cpus, creds[pid].uid, creds[pid].gid, procs[pid])
         for tid, stat, cpus, pid in raw_tasks
     ]
     tasks.sort(key=lambda t: t.tid)
@@ -413,22 +417,7 @@ class TaskCache:
             old = self.tasks.get(tid)
             if old is not None and old.start_time != stat.start_time:
                 self.forget(tid)  # a reused tid: the old thread is gone
-            task = Task(
-                tid=tid,
-                start_time=stat.start_time,
-                comm=stat.comm,
-                state=stat.state,
-                uid=uid,
-                gid=gid,
-                nice=stat.nice,
-                policy=stat.policy,
-                rt_priority=stat.rt_priority,
-                affinity=cpus,
-                utime=stat.utime,
-                stime=stat.stime,
-                processor=stat.processor,
-                process=proc,
-            )
+            task = _task(tid, stat, cpus, uid, gid, proc)
             self.tasks[tid] = task
             self.members.setdefault(pid, set()).add(tid)
             out.append(task)

@@ -290,11 +290,18 @@ def test_untrusted_policy_file_is_refused(tmp_path):
     assert not (tmp_path / "s" / "journal.jsonl").exists()
 
 
-_CHURN = r"""
+# What the thread-making scripts below share: a thread renames itself (only threads of the
+# same process may rename each other).
+_RENAME = r"""
 import os, threading, time, sys
 def rename(name):
     with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
         fh.write(name)
+"""
+
+_CHURN = (
+    _RENAME
+    + r"""
 def short():
     rename("gloo_tcp_loop")
     time.sleep(0.002)
@@ -308,6 +315,7 @@ while born < 5000:
 sys.stdout.write("done\n"); sys.stdout.flush()
 time.sleep(30)
 """
+)
 
 
 def test_race_5000_short_lived_threads_while_applying(tmp_path):
@@ -413,11 +421,9 @@ def test_new_thread_and_new_process_after_start_are_placed_by_events(tmp_path):
         assert {t: after["threads"][t] for t in before["threads"]} == before["threads"]
 
 
-_SPAWNER = r"""
-import os, sys, threading, time
-def rename(name):
-    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
-        fh.write(name)
+_SPAWNER = (
+    _RENAME
+    + r"""
 def idle():
     rename("gloo_tcp_loop")
     time.sleep(3600)
@@ -428,6 +434,7 @@ for _ in range(int(sys.argv[1])):
 sys.stdout.write("done\n"); sys.stdout.flush()
 time.sleep(3600)
 """
+)
 
 
 def test_a_forced_overflow_rescans_and_misses_nothing(tmp_path):
