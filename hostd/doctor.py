@@ -52,8 +52,8 @@ class Capabilities:
             off.add("affinity")
         if not self.sched:
             off |= {"sched", "nice"}
-        if self.cpuset != "v1":
-            off |= {"cgroup", "cpuset"}
+        if self.cpuset not in ("v1", "v2"):
+            off |= {"cgroup", "cpuset", "subtree"}
         if not self.irqs:
             off.add("irq")
         if not self.cpufreq:
@@ -116,14 +116,14 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
             )
         )
     elif layout.cpuset == "v2":
-        caps.cpuset = "none"
         f.append(
             Finding(
                 "cpusets",
-                True,
-                "cgroup v2 with cpuset: layers are enforced by thread "
-                "affinity (moving processes between v2 cgroups would change their other "
-                "controllers)",
+                root,
+                f"cgroup v2 at {layout.v2_mount}: a layer's threads go to a threaded child "
+                "G/hostd.<layer> of their own cgroup G (their process stays in G, with its "
+                "memory and io controllers); where G cannot hold threaded children, thread "
+                "affinity alone",
             )
         )
     else:

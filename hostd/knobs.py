@@ -2,8 +2,9 @@
 
 A key says what and where: ``task/4242@81234/affinity`` (thread 4242 that started at tick
 81234), ``irq/42/smp_affinity_list``, ``cpu/3/scaling_governor``,
-``cgroup/cpuset/hostd/trainer`` (a cpuset cgroup hostd created), ``task/4242@81234/cpuset``
-(which v1 cpuset cgroup the thread is in). Values are plain JSON values, so the journal can store
+``cgroup/cpuset/hostd/trainer`` (a cpuset cgroup hostd created), ``cgroup/subtree/a`` (cpuset
+enabled for the children of v2 cgroup /a), ``task/4242@81234/cpuset`` (which cpuset cgroup the
+thread is in). Values are plain JSON values, so the journal can store
 originals as they were read. A knob kind registers a ``Knob`` with ``read(host, key)`` and
 ``write(host, key, value)``; both raise the domain errors of ``hostd.host.errors`` (a thread
 whose start time no longer matches is ``Gone``: a reused tid is never touched).
@@ -48,7 +49,7 @@ def kind_of(key: str) -> str:
     if parts[0] == "irq":
         return "irq"
     if parts[0] == "cgroup":
-        return "cgroup"
+        return "subtree" if parts[1] == "subtree" else "cgroup"
     raise KeyError(key)
 
 

@@ -13,6 +13,7 @@ unchangeable (remembered: never retried), error. One failure never stops the pas
 from __future__ import annotations
 
 import errno
+import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,17 +25,19 @@ import hostd.irq
 import hostd.numa
 import hostd.sched  # noqa: F401  (the imports register the knob kinds)
 from hostd import knobs
-from hostd.cpuset import format_cpulist
-from hostd.cpuset.cgroup import group_key
+from hostd.cpuset import CPUSET_ROOT, format_cpulist
+from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
 from hostd.host import Host, HostError
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal
 from hostd.plan import NumaPlan, Plan, TaskPlan
 from hostd.tasks import Task
 
-# Apply order: cgroups before the threads that go in them, membership before affinity (joining
-# a v1 cpuset resets a thread's affinity), policy before nice, governor before its floor/EPP.
+# Apply order: the controller enabled before the cgroups, cgroups before the threads that go in
+# them, membership before affinity (joining a cpuset resets a thread's affinity), policy before
+# nice, governor before its floor/EPP.
 _ORDER = {
+    "subtree": -1,
     "cgroup": 0,
     "cpuset": 1,
     "affinity": 2,
@@ -68,16 +71,22 @@ class PassReport:
 def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
     """Every knob value the plan asks for, keyed by knob key."""
     want: dict[str, object] = {}
-    if plan.cpusets:
+    v1 = [cs for cs in plan.cpusets if cs.path.startswith(CPUSET_ROOT + "/")]
+    if v1:  # v1: the layers' cgroups sit in hostd's own /hostd
         want[group_key()] = {
             "cpus": format_cpulist(plan.online),
-            "mems": format_cpulist(sorted({m for c in plan.cpusets for m in c.mems})),
+            "mems": format_cpulist(sorted({m for c in v1 for m in c.mems})),
         }
-        for cs in plan.cpusets:
-            want[group_key(cs.layer)] = {
-                "cpus": format_cpulist(cs.cpus),
-                "mems": format_cpulist(cs.mems),
-            }
+    # v2: the cpuset controller enabled from the root down to each threaded cgroup's home, the
+    # shallowest first (so restoring, in reverse, disables it from the deepest up).
+    homes = {os.path.dirname(cs.path) for cs in plan.cpusets if cs not in v1}
+    for path in sorted({a for home in homes for a in _ancestors(home)}, key=_depth):
+        want[subtree_key(path)] = True
+    for cs in plan.cpusets:
+        want[cpuset_key(cs.path)] = {
+            "cpus": format_cpulist(cs.cpus),
+            "mems": format_cpulist(cs.mems),
+        }
     want.update(desired_for_tasks(plan.tasks, plan.numa))
     for ip in plan.irqs:
         want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
@@ -89,6 +98,16 @@ def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
         if cp.epp:
             want[f"cpu/{cp.cpu}/energy_performance_preference"] = cp.epp
     return want
+
+
+def _ancestors(path: str) -> list[str]:
+    """ "/a/b" -> ["/", "/a", "/a/b"]."""
+    parts = [p for p in path.split("/") if p]
+    return ["/"] + ["/" + "/".join(parts[: n + 1]) for n in range(len(parts))]
+
+
+def _depth(path: str) -> tuple[int, str]:
+    return len([p for p in path.split("/") if p]), path
 
 
 def desired_for_tasks(
@@ -255,12 +274,13 @@ def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str
 
 def _restore_order(keys: list[str]) -> list[str]:
     """Reverse journal order, except that threads rejoin their cgroup before their affinity
-    is restored (joining a v1 cpuset resets affinity) and cgroups go last (once empty)."""
+    is restored (joining a cpuset resets affinity), cgroups go last (once empty) and the v2
+    controller is disabled after them."""
     rev = list(reversed(keys))
 
     def phase(key: str) -> int:
         kind = knobs.kind_of(key)
-        return {"cpuset": 0, "cgroup": 2}.get(kind, 1)
+        return {"cpuset": 0, "cgroup": 2, "subtree": 3}.get(kind, 1)
 
     return sorted(rev, key=phase)
 

@@ -52,7 +52,7 @@ from pathlib import Path
 from hostd import __version__, knobs
 from hostd.classify import Classified, Classifier
 from hostd.cpufreq import hold_cpu_dma_latency
-from hostd.cpuset import parse_cpulist
+from hostd.cpuset import home_of, parse_cpulist
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import DEFAULT_RCVBUF, Event, Overflow, ProcConnector
@@ -183,7 +183,7 @@ class Agent:
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
         self.replan_due: float | None = None
-        # v1 cpuset joins that event passes left for a quiet moment: key -> (cgroup path,
+        # cpuset joins that event passes left for a quiet moment: key -> (cgroup path,
         # the thread's affinity key, its affinity value).
         self.pending_cpusets: dict[str, tuple[object, str, object]] = {}
         self.counters: Counter[str] = Counter()
@@ -378,12 +378,15 @@ class Agent:
             if np_ is not None:
                 numa_plans.append(np_)
         want = desired_for_tasks(task_plans, numa_plans)
-        # Joining a v1 cpuset takes the cgroup core's thread-group lock for writing, which
-        # waits out every fork in flight: in a thread storm, milliseconds per thread. A new
-        # thread's affinity already keeps it on its layer's CPUs, so it joins its layer's
-        # cpuset a moment later (``_join_cpusets``), when no events are waiting. Leaving a
-        # hostd cpuset ("/") cannot wait: its affinity would not fit the cpuset it is in.
-        for key in [k for k, v in want.items() if v != "/" and knobs.kind_of(k) == "cpuset"]:
+        # Joining a cpuset takes the cgroup core's thread-group lock for writing, which waits
+        # out every fork in flight: in a thread storm, milliseconds per thread. A new thread's
+        # affinity already keeps it on its layer's CPUs, so it joins its layer's cpuset a
+        # moment later (``_join_cpusets``), when no events are waiting. Going back home from a
+        # hostd cpuset cannot wait: its affinity would not fit the cpuset it is in.
+        joins = [
+            k for k, v in want.items() if knobs.kind_of(k) == "cpuset" and home_of(str(v)) != v
+        ]
+        for key in joins:
             affinity_key = key.rsplit("/", 1)[0] + "/affinity"
             self.pending_cpusets[key] = (want.pop(key), affinity_key, want.get(affinity_key))
         with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
@@ -420,8 +423,8 @@ class Agent:
         return task
 
     def _join_cpusets(self, budget: int) -> None:
-        """Move up to ``budget`` threads that events placed into their layer's v1 cpuset, then
-        set their affinity again (joining a v1 cpuset resets it)."""
+        """Move up to ``budget`` threads that events placed into their layer's cpuset, then set
+        their affinity again (joining a cpuset resets it)."""
         keys = list(itertools.islice(self.pending_cpusets, budget))
         pending = [self.pending_cpusets.pop(k) for k in keys]
         joins = {k: p[0] for k, p in zip(keys, pending, strict=True)}

@@ -1,7 +1,8 @@
 """CPU sets as frozensets of ints, and the kernel's two text forms for them.
 
 Used by the host parsers (``cpulist`` files in /sys, ``Cpus_allowed_list`` in /proc), by the
-planner (sets of CPUs per layer) and by renderers. The formats are the ones described in
+planner (sets of CPUs per layer) and by renderers; also the names of hostd's own cpuset cgroups
+(``hostd.cpuset.cgroup`` says why they are where they are). The formats are the ones described in
 Documentation/admin-guide/cputopology.rst ("0-3,8-11") and in cpuset(7) ("mask format":
 comma-separated 32-bit hex words, most significant first).
 """
@@ -13,6 +14,25 @@ from collections.abc import Iterable
 CpuSet = frozenset  # frozenset[int]; an alias so signatures say what they mean
 
 EMPTY: frozenset[int] = frozenset()
+
+CPUSET_ROOT = "/hostd"  # v1: hostd's layers' cpusets are CPUSET_ROOT/<layer>
+V2_PREFIX = "hostd."  # v2: threaded children G/hostd.<layer> of the job's own cgroup G
+
+
+def home_of(path: str) -> str:
+    """Where a thread in one of hostd's cpusets belongs: "/" for v1's ``/hostd/<layer>``, G for
+    v2's ``G/hostd.<layer>``. Any other path is its own home."""
+    if path == CPUSET_ROOT or path.startswith(CPUSET_ROOT + "/"):
+        return "/"
+    parent, _, name = path.rstrip("/").rpartition("/")
+    if name.startswith(V2_PREFIX):
+        return parent or "/"
+    return path
+
+
+def v2_group(home: str, layer: str) -> str:
+    """hostd's v2 threaded cgroup for ``layer``'s threads whose home cgroup is ``home``."""
+    return f"{home.rstrip('/')}/{V2_PREFIX}{layer}"
 
 
 class CpuListError(ValueError):

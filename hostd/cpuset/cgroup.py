@@ -1,16 +1,30 @@
-"""cpuset cgroups for layers: the v1 backend (through cgroupspy) and the v2 file writer.
+"""cpuset cgroups for layers: v1 (through cgroupspy) and v2 (written natively).
 
-Mechanism (the planner's documented choice, see ``hostd.plan``): on a cgroup-v1 cpuset
-hierarchy, hostd keeps its own cgroups ``/hostd/<layer>`` and moves threads that sit in the root
-cpuset into them, thread by thread (v1's ``tasks`` file takes one tid per write). A v1 cpuset
-hierarchy only places CPUs and memory, so moving a thread there changes nothing else about it;
-threads already in someone else's cpuset (docker, kubelet) are left where they are. On cgroup
-v2 a move would change every controller of the process (its memory limit too), so on v2 layers
-are enforced by thread affinity; the v2 writer here serves hostd-owned subtrees (the VM tier).
+Mechanism (the planner's documented choice, see ``hostd.plan``): hostd never moves a process
+out of the cgroup it lives in, because on v2 that would change every controller of the process
+(its memory limit, its io weight) and confuse whoever manages it (systemd, a container runtime).
+It only changes which cpuset a *thread* is in:
 
-Knobs: ``cgroup/cpuset/hostd[/<layer>]`` = ``{"cpus": "0-3", "mems": "0"}`` or None (absent);
-``task/TID@START/cpuset`` = the thread's v1 cpuset path ("/" or "/hostd/trainer"). Restoring a
-cgroup to None moves whatever is left in it back to the root cpuset, then removes it.
+* **v1**: hostd keeps its own cgroups ``/hostd/<layer>`` in the cpuset hierarchy and moves
+  threads that sit in the root cpuset into them, thread by thread (v1's ``tasks`` file takes one
+  tid per write). A v1 cpuset hierarchy only places CPUs and memory, so the move changes nothing
+  else; threads in someone else's cpuset (docker, kubelet) are left where they are.
+* **v2**: a *threaded subtree* inside the job's own cgroup G: ``G/hostd.<layer>``, of
+  ``cgroup.type`` threaded, with the layer's CPUs and memory nodes. G becomes the thread root
+  and keeps every domain controller (memory, io, pids) of its processes; only the cpuset of
+  the moved threads changes, so one process's threads can be split between layers. hostd
+  enables ``cpuset`` in ``cgroup.subtree_control`` from the root down to G where it is not on
+  (each of those writes is journaled). The kernel refuses a threaded child where G cannot be a
+  thread root (G has child cgroups with processes, or domain controllers enabled for children):
+  that is reported, and those threads keep their thread affinity, which applies everywhere.
+  Partitions are not used: a partition root must be the child of a partition root, so it could
+  only hold processes moved out of their cgroups.
+
+Knobs: ``cgroup/cpuset/<path>`` = ``{"cpus": "0-3", "mems": "0"}`` or None (absent), for
+``/hostd``, ``/hostd/<layer>`` (v1) and ``G/hostd.<layer>`` (v2); ``cgroup/subtree/<path>`` =
+whether ``cpuset`` is enabled in that v2 cgroup's ``cgroup.subtree_control``;
+``task/TID@START/cpuset`` = the thread's cpuset cgroup path. Removing a cgroup (None) first
+moves whatever is left in it back to its home (the v1 root cpuset, or G on v2).
 """
 
 from __future__ import annotations
@@ -23,35 +37,54 @@ import os
 from cgroupspy import trees
 
 from hostd import knobs
-from hostd.cpuset import format_cpulist, parse_cpulist
+from hostd.cpuset import CPUSET_ROOT, format_cpulist, home_of, parse_cpulist
 from hostd.host import Gone, Host, HostError
 from hostd.host.errors import from_oserror
 from hostd.host.parsers import parse_cgroup
 from hostd.topology import read_cgroup_layout
 
-HOSTD_GROUP = "hostd"
+
+def cpuset_key(path: str) -> str:
+    """The knob of a hostd-owned cpuset cgroup at ``path`` ("/hostd/trainer", "/a/hostd.x")."""
+    return "cgroup/cpuset" + path
 
 
-def _mount(host: Host) -> str:
-    mount = _v1_cpuset_mount(host.root)
-    if mount is None:
-        raise HostError(errno.EOPNOTSUPP, "cpuset", "no cgroup v1 cpuset hierarchy")
-    return mount.lstrip("/")
+def subtree_key(path: str) -> str:
+    """The knob "cpuset is enabled for the children of v2 cgroup ``path``" ("/" is the root)."""
+    return "cgroup/subtree" + path
+
+
+def group_key(layer: str | None = None) -> str:
+    """The knob of v1's ``/hostd`` (no layer) or ``/hostd/<layer>``."""
+    return cpuset_key(CPUSET_ROOT + (f"/{layer}" if layer else ""))
 
 
 @functools.lru_cache(maxsize=16)
-def _v1_cpuset_mount(root: str) -> str | None:
-    """Where the v1 cpuset hierarchy is mounted (read once: a pass moves thousands of threads)."""
-    return read_cgroup_layout(Host(root)).v1_mount("cpuset")
+def _hierarchy(root: str) -> tuple[str, str] | None:
+    """("v1" or "v2", its mount point relative to ``root``) of the cpuset controller, read once
+    (a pass moves thousands of threads)."""
+    layout = read_cgroup_layout(Host(root))
+    if layout.cpuset == "v1":
+        return "v1", str(layout.v1_mount("cpuset")).lstrip("/")
+    if layout.cpuset == "v2" and layout.v2_mount is not None:
+        return "v2", layout.v2_mount.lstrip("/")
+    return None
+
+
+def _where(host: Host, key: str) -> tuple[str, str]:
+    found = _hierarchy(host.root)
+    if found is None:
+        raise HostError(errno.EOPNOTSUPP, key, "no cpuset controller (cgroup v1 or v2)")
+    return found
 
 
 def _group_path(key: str) -> str:
-    """ "cgroup/cpuset/hostd/trainer" -> "/hostd/trainer"."""
+    """ "cgroup/cpuset/hostd/trainer" -> "/hostd/trainer", "cgroup/subtree" + "/" -> "/"."""
     return "/" + key.split("/", 2)[2]
 
 
 def _node(host: Host, mount: str, path: str):
-    """The cgroupspy node of a cpuset cgroup (or None when absent)."""
+    """The cgroupspy node of a v1 cpuset cgroup (or None when absent)."""
     full = host.path(mount)
     tree = trees.Tree(root_path=os.path.dirname(full), groups=[os.path.basename(full)])
     wanted = os.path.basename(full) + path.rstrip("/")
@@ -62,7 +95,7 @@ def _node(host: Host, mount: str, path: str):
 
 
 def _read_group(host: Host, key: str) -> dict | None:
-    mount = _mount(host)
+    _, mount = _where(host, key)
     path = _group_path(key)
     if not host.exists(f"{mount}{path}"):
         return None
@@ -77,10 +110,13 @@ def _read_group(host: Host, key: str) -> dict | None:
 
 
 def _write_group(host: Host, key: str, value: object) -> None:
-    mount = _mount(host)
+    version, mount = _where(host, key)
     path = _group_path(key)
-    parent, name = os.path.split(path)
     try:
+        if version == "v2":
+            _write_group_v2(host, key, mount, path, value)
+            return
+        parent, name = os.path.split(path)
         if value is None:
             _evacuate(host, mount, path)
             node = _node(host, mount, parent)
@@ -105,8 +141,36 @@ def _write_group(host: Host, key: str, value: object) -> None:
         raise from_oserror(exc, key) from None
 
 
+def _write_group_v2(host: Host, key: str, mount: str, path: str, value: object) -> None:
+    base = f"{mount}{path}"
+    if value is None:
+        if host.exists(base):
+            home = home_of(path)
+            for tid in (host.read_quiet(f"{base}/cgroup.threads") or "").split():
+                with contextlib.suppress(Gone):
+                    host.write(f"{mount}{home.rstrip('/')}/cgroup.threads", tid)
+            host.rmdir(base)
+        return
+    assert isinstance(value, dict)
+    if not host.exists(os.path.dirname(base)):
+        raise Gone(errno.ENOENT, key, f"its home cgroup {home_of(path)} is gone")
+    if host.mkdir(base):
+        try:
+            host.write(f"{base}/cgroup.type", "threaded")
+        except HostError as exc:
+            host.rmdir(base)
+            raise HostError(
+                exc.errno,
+                key,
+                f"{home_of(path)} cannot hold threaded children ({exc.strerror}): it has "
+                "child cgroups with processes, or domain controllers enabled for its children",
+            ) from None
+    host.write(f"{base}/cpuset.mems", value["mems"])
+    host.write(f"{base}/cpuset.cpus", value["cpus"])
+
+
 def _evacuate(host: Host, mount: str, path: str) -> None:
-    """Move every thread left in ``path`` (and below) back to the root cpuset."""
+    """Move every thread left in v1 ``path`` (and below) back to the root cpuset."""
     for child in host.listdir(f"{mount}{path}"):
         if host.exists(f"{mount}{path}/{child}/tasks"):
             _evacuate(host, mount, f"{path}/{child}")
@@ -115,26 +179,39 @@ def _evacuate(host: Host, mount: str, path: str) -> None:
             host.write(f"{mount}/tasks", line)
 
 
+def _read_subtree(host: Host, key: str) -> bool:
+    _, mount = _where(host, key)
+    text = host.read(f"{mount}{_group_path(key).rstrip('/')}/cgroup.subtree_control")
+    if text is None:
+        raise Gone(errno.ENOENT, key, "the cgroup is gone")
+    return "cpuset" in text.split()
+
+
+def _write_subtree(host: Host, key: str, value: object) -> None:
+    _, mount = _where(host, key)
+    path = _group_path(key).rstrip("/")
+    host.write(f"{mount}{path}/cgroup.subtree_control", "+cpuset" if value else "-cpuset")
+
+
 def _read_member(host: Host, key: str) -> str:
+    version, _ = _where(host, key)
     tid = knobs.live_tid(host, key)
     text = host.read(f"proc/{tid}/cgroup")
     if text is None:
         raise Gone(errno.ESRCH, key, "the thread exited")
-    return parse_cgroup(text).get("cpuset", "/")
+    return parse_cgroup(text).get("cpuset" if version == "v1" else "", "/")
 
 
 def _write_member(host: Host, key: str, value: object) -> None:
+    version, mount = _where(host, key)
     tid = knobs.live_tid(host, key)
     path = str(value).rstrip("/")
-    host.write(f"{_mount(host)}{path}/tasks", str(tid))
+    host.write(f"{mount}{path}/{'tasks' if version == 'v1' else 'cgroup.threads'}", str(tid))
 
 
 GROUP = knobs.register(knobs.Knob("cgroup", _read_group, _write_group))
+SUBTREE = knobs.register(knobs.Knob("subtree", _read_subtree, _write_subtree))
 MEMBER = knobs.register(knobs.Knob("cpuset", _read_member, _write_member, per_task=True))
-
-
-def group_key(layer: str | None = None) -> str:
-    return f"cgroup/cpuset/{HOSTD_GROUP}" + (f"/{layer}" if layer else "")
 
 
 # -- cgroup v2 ---------------------------------------------------------------------------------

@@ -21,9 +21,11 @@
   AND-group says ``is_kthread = true``; ``exclude_pids`` (hostd itself) never.
 * **Threads with nothing to decide** (no affinity change, no sched, no node) are counted in
   their layer but not listed, so a plan stays small on hosts with 100k threads.
-* **Mechanism.** Thread affinity everywhere; on a cgroup-v1 cpuset hierarchy, also a hostd-owned
-  cpuset ``/hostd/<layer>`` per layer with CPUs of its own, for threads still in the root cpuset
-  (see ``hostd.cpuset.cgroup``; on v2 a move would change every controller of the process).
+* **Mechanism.** Thread affinity everywhere, plus a cpuset per layer with CPUs of its own, so a
+  thread cannot widen its affinity past its layer. No process ever leaves its cgroup (see
+  ``hostd.cpuset.cgroup``): on a v1 cpuset hierarchy, threads still in the root cpuset go to
+  hostd's ``/hostd/<layer>``; on v2, threads go to a threaded child ``G/hostd.<layer>`` of
+  their own cgroup G, which keeps every other controller of the process as it was.
 * **Real-time.** Capped per layer at 16 threads per usable CPU (``sched.max_rt_threads``);
   threads over the cap, and every RT thread where RT is not allowed, get nice -20 instead.
 * **IRQs.** Off the CPUs of ``irqs = "avoid"`` layers; a NIC's IRQs on its own node's CPUs. The
@@ -37,18 +39,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hostd.classify import Classified
-from hostd.cpuset import format_cpulist
+from hostd.cpuset import CPUSET_ROOT, format_cpulist, home_of, v2_group
 from hostd.policy import Layer, Policy
 from hostd.tasks import Process
 from hostd.topology import Topology
 
 PLAN_FORMAT = 1
-CPUSET_ROOT = "/hostd"  # hostd's own v1 cpuset cgroups are CPUSET_ROOT/<layer>
 _MISSING = object()
 
 
@@ -77,12 +78,13 @@ class TaskPlan(NamedTuple):
     nice: int | None
     reset_on_fork: bool
     node: int | None  # the NUMA node its process is placed on
-    cpuset: str | None = None  # the v1 cpuset cgroup it goes in ("/hostd/<layer>")
+    cpuset: str | None = None  # the cpuset cgroup it goes in ("/hostd/<layer>", "G/hostd.<layer>")
 
 
 @dataclass(frozen=True, slots=True)
 class CpusetPlan:
-    """A hostd-owned v1 cpuset cgroup ``/hostd/<layer>``: the CPUs its threads may use."""
+    """A hostd-owned cpuset cgroup (v1 ``/hostd/<layer>``, v2 ``G/hostd.<layer>``): the CPUs
+    its threads may use."""
 
     layer: str
     path: str
@@ -426,10 +428,11 @@ def plan(
                 layer.name, "open", frozenset(), pool_mems, members[layer.name], 0
             )
 
-    # cpusets: hostd-owned v1 cgroups for layers with CPUs of their own (see hostd.cpuset.cgroup
-    # for why not on v2). A layer's cgroup holds what its threads may use.
+    # cpusets: hostd-owned cgroups for layers with CPUs of their own, holding what their threads
+    # may use: one per layer on v1, one per layer and home cgroup on v2 (hostd.cpuset.cgroup).
+    v2 = topo.cgroup.cpuset == "v2"
     cpuset_of: dict[str, CpusetPlan] = {}
-    if topo.cgroup.cpuset == "v1":
+    if topo.cgroup.cpuset in ("v1", "v2"):
         for layer in policy.layers:
             own = layer_cpus.get(layer.name, frozenset())
             if layer.kind == "open" or not own:
@@ -441,18 +444,31 @@ def plan(
                 cpus,
                 frozenset(topo.cpus[c].node for c in cpus),
             )
+    groups = dict(cpuset_of)
+    if v2:
+        groups = {}
+        for item in touchable:
+            cs = cpuset_of.get(item.layer)
+            if cs is not None and item.task.process.cpuset:
+                path = v2_group(home_of(item.task.process.cpuset), cs.layer)
+                groups[path] = CpusetPlan(cs.layer, path, cs.cpus, cs.mems)
 
     if not allow_rt and any(ly.sched.realtime for ly in policy.layers):
         notes.append("real-time scheduling is not allowed here: RT layers get nice -20 instead")
     decider = TaskPlanner(
-        topo, policy, layer_cpus, pool, cpuset_of, allow_rt=allow_rt, exclude_pids=exclude_pids
+        topo,
+        policy,
+        layer_cpus,
+        pool,
+        groups.values(),
+        allow_rt=allow_rt,
+        exclude_pids=exclude_pids,
     )
     decider.targets.update(targets)
     decider.cpuset_pids.update(
         item.task.pid
         for item in touchable
-        if item.layer in cpuset_of
-        and (item.task.process.cpuset == "/" or item.task.process.cpuset.startswith(CPUSET_ROOT))
+        if item.layer in cpuset_of and (v2 or home_of(item.task.process.cpuset) == "/")
     )
     base_of = base_affinity or {}
     task_plans: list[TaskPlan] = []
@@ -530,7 +546,7 @@ def plan(
         irqs=tuple(sorted(irq_plans, key=lambda ip: ip.irq)),
         cpufreq=tuple(freq_plans),
         numa=tuple(numa_plans[pid] for pid in sorted(numa_plans)),
-        cpusets=tuple(cpuset_of[name] for name in sorted(cpuset_of)),
+        cpusets=tuple(groups[path] for path in sorted(groups)),
         notes=tuple(notes),
     )
 
@@ -562,7 +578,7 @@ class TaskPlanner:
         policy: Policy,
         layer_cpus: Mapping[str, frozenset[int]],
         pool: frozenset[int],
-        cpusets: Mapping[str, CpusetPlan],
+        cpusets: Iterable[CpusetPlan],
         *,
         allow_rt: bool,
         exclude_pids: frozenset[int] = frozenset(),
@@ -571,7 +587,9 @@ class TaskPlanner:
         self.layers = {ly.name: ly for ly in policy.layers}
         self.layer_cpus = dict(layer_cpus)
         self.pool = pool
-        self.cpusets = dict(cpusets)
+        self.v2 = topo.cgroup.cpuset == "v2"
+        self.groups = {cs.path: cs for cs in cpusets}  # hostd's cpuset cgroups by path
+        self.cpusets = {cs.layer: cs for cs in self.groups.values()}  # a layer's (any one)
         self.allow_rt = allow_rt
         self.exclude_pids = exclude_pids
         self.multi_node = len(topo.nodes) > 1
@@ -601,7 +619,7 @@ class TaskPlanner:
             policy,
             {lp.name: lp.cpus for lp in the_plan.layers},
             the_plan.pool,
-            {cs.layer: cs for cs in the_plan.cpusets},
+            the_plan.cpusets,
             allow_rt=allow_rt,
             exclude_pids=exclude_pids,
         )
@@ -661,19 +679,24 @@ class TaskPlanner:
                 allowed = (allowed & self.node_cpus[node]) or allowed
             desired = (allowed & base) or allowed
             affinity = self._memo[memo_key] = None if desired == base else desired
-        # v1 cpusets: only threads in the root cpuset or in one of hostd's (never steal from
-        # docker/k8s). A thread is created in its creator's cpuset, so in a process hostd
-        # placed in a cpuset, a thread whose layer has none is explicitly wanted in the root.
+        # cpusets: v1, only threads in the root cpuset or in one of hostd's (never steal from
+        # docker/k8s); v2, the layer's threaded child of the thread's own cgroup, once the full
+        # plan made it. A thread is created in its creator's cpuset, so in a process hostd
+        # placed in a cpuset, a thread whose layer has none is explicitly wanted back home.
+        current = task.process.cpuset
+        home = home_of(current)
         cs = self.cpusets.get(layer.name)
         cpuset = None
-        current = task.process.cpuset
-        ours = current.startswith(CPUSET_ROOT + "/")
-        if cs is not None and (current == "/" or ours):
+        if cs is not None and self.v2 and current:
+            path = v2_group(home, layer.name)
+            cpuset = path if path in self.groups else None
+        elif cs is not None and home == "/":
             cpuset = cs.path
-            self.cpuset_pids.add(task.pid)
-        elif ours or (current == "/" and task.pid in self.cpuset_pids):
-            cpuset = "/"
-            self.cpuset_pids.add(task.pid)
+        if cpuset is not None:
+            self.cpuset_pids.add(pid)
+        elif current != home or (pid in self.cpuset_pids and (self.v2 or home == "/")):
+            cpuset = home
+            self.cpuset_pids.add(pid)
         sched = layer.sched
         sched_policy, priority, nice = sched.policy, sched.priority, sched.nice
         reset = sched.reset_on_fork if sched.realtime else False

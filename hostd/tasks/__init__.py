@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from hostd.cpuset import home_of
 from hostd.host import Host
 from hostd.host.parsers import (
     Stat,
@@ -50,7 +51,7 @@ class Process:
     ppid: int
     parent_comm: str
     cgroup: str
-    cpuset: str  # its v1 cpuset cgroup path ("" without a v1 cpuset hierarchy)
+    cpuset: str  # its leader's cpuset cgroup: the v1 cpuset path, else the v2 path ("" neither)
     cmdline: str  # arguments joined by spaces; "" for kernel threads
     exe: str | None  # None for kernel threads or when not permitted to see it
     gpu_devices: tuple[str, ...]  # GPU-driver and render device files it holds, "/dev/nvidia0"
@@ -154,7 +155,9 @@ def _read_process(
         cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
     else:
         cgroups = parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")
-        cgroup, cpuset = primary_cgroup(cgroups), cgroups.get("cpuset", "")
+        # Classified by the cgroup it lives in, wherever hostd put its leader's cpuset.
+        cgroup = home_of(primary_cgroup(cgroups))
+        cpuset = cgroups.get("cpuset", cgroups.get("", ""))
         raw = host.read_quiet(f"proc/{pid}/cmdline") or ""
         cmdline = raw.rstrip("\0").replace("\0", " ")
         exe = host.readlink(f"proc/{pid}/exe")
@@ -380,7 +383,7 @@ class TaskCache:
                 task.process = proc
 
     def moved(self, pid: int, cpuset: str) -> None:
-        """hostd moved the process's leader to another v1 cpuset."""
+        """hostd moved the process's leader to another cpuset cgroup."""
         proc = self.procs.get(pid)
         if proc is not None and proc.cpuset != cpuset:
             self._rebind(replace(proc, cpuset=cpuset))

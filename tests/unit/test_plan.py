@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 from hostd.classify import Classifier
 from hostd.plan import TaskPlanner, plan
 from hostd.policy import parse_policy
+from hostd.reconcile import desired_state
+from hostd.topology import CgroupLayout
 from tests import synth
 
 TRAINING = b"""
@@ -289,3 +292,66 @@ def test_incremental_rt_cap_frees_slots_of_exited_threads():
     planner.forget(rank_items[0].task.key)  # a FIFO thread exited: its slot is free again
     newcomer = rank_items[2]
     assert planner.decide(newcomer)[0].policy == "fifo"
+
+
+def test_v2_cpusets_are_threaded_children_of_each_jobs_own_cgroup():
+    """On v2 a layer's threads go to ``G/hostd.<layer>`` of their own cgroup G, one per home;
+    the other threads of a process hostd split stay (or go back) home; nothing else moves."""
+    topo = synth.topology("1x8x1")
+    home = "/system.slice/train.service"
+    # The launcher (layer "rest") was a trainer before it renamed itself: it is in hostd.trainer.
+    launcher = replace(synth.process(100, "pt_elastic"), cpuset=f"{home}/hostd.trainer")
+    rank = replace(synth.process(200, parent_comm="pt_elastic", ppid=100), cpuset=home)
+    other = replace(synth.process(400, "stress-ng"), cpuset="/user.slice/u.scope")
+    worker = replace(
+        synth.process(300, "pt_data_worker", parent_comm="python3", ppid=200),
+        cpuset=f"{home}/hostd.trainer",  # forked by a trainer thread: born in its cpuset
+    )
+    rank_threads = synth.threads(rank, 2, online=topo.online)
+    tasks = [
+        *synth.threads(launcher, 1, online=topo.online),
+        *rank_threads,
+        *synth.threads(worker, 1, online=topo.online),
+        *synth.threads(other, 2, online=topo.online),
+    ]
+    p = run(topo, tasks)
+    assert [(cs.layer, cs.path) for cs in p.cpusets] == [
+        ("data", f"{home}/hostd.data"),
+        ("trainer", f"{home}/hostd.trainer"),
+    ]
+    trainer = p.layer("trainer")
+    assert p.cpusets[1].cpus == trainer.cpus | p.pool  # grouped: its CPUs and the pool
+    where = {tp.tid: tp.cpuset for tp in p.tasks}
+    assert {where[t.tid] for t in rank_threads} == {f"{home}/hostd.trainer"}
+    assert where[100] == home  # no cpuset for its layer: back home
+    assert where[300] == f"{home}/hostd.data"
+    assert all(tp.cpuset is None for tp in p.tasks if tp.pid == 400)  # no layer with a cpuset
+    # The cgroup a process is classified by is its home, wherever hostd put its leader.
+    planner = TaskPlanner.for_plan(p, topo, parse_policy(TRAINING, "t.toml"), allow_rt=True)
+    for item in Classifier(parse_policy(TRAINING, "t.toml")).classify_all(tasks):
+        assert planner.decide(item)[0] == next((t for t in p.tasks if t.tid == item.task.tid), None)
+
+    want = desired_state(p, tasks)
+    keys = [k for k in want if k.startswith("cgroup/")]
+    assert keys == [  # the controller enabled from the root down, then the groups
+        "cgroup/subtree/",
+        "cgroup/subtree/system.slice",
+        f"cgroup/subtree{home}",
+        f"cgroup/cpuset{home}/hostd.data",
+        f"cgroup/cpuset{home}/hostd.trainer",
+    ]
+
+
+def test_v1_cpusets_take_only_threads_of_the_root_cpuset():
+    topo = replace(
+        synth.topology("1x8x1"),
+        cgroup=CgroupLayout("hybrid", None, (), (("cpuset", "/sys/fs/cgroup/cpuset"),), "v1"),
+    )
+    rank = synth.process(200, parent_comm="pt_elastic", ppid=100)
+    boxed = replace(synth.process(201, parent_comm="pt_elastic", ppid=100), cpuset="/docker/a")
+    tasks = [*synth.threads(rank, 2), *synth.threads(boxed, 2)]
+    p = run(topo, tasks)
+    assert [cs.path for cs in p.cpusets] == ["/hostd/trainer"]
+    assert {tp.cpuset for tp in p.tasks if tp.pid == 200} == {"/hostd/trainer"}
+    assert {tp.cpuset for tp in p.tasks if tp.pid == 201} == {None}  # docker's: left alone
+    assert "cgroup/subtree/" not in desired_state(p, tasks)

@@ -67,6 +67,19 @@ def hostd(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+def hostd_here(*args: str):
+    """A ``hostd`` command that reads or restores, run in this process: a new interpreter takes
+    about 20 s to import hostd under software emulation. Never ``run`` (it renices itself)."""
+    from typer.testing import CliRunner
+
+    from hostd.cli import app
+
+    assert args[0] != "run", "hostd run gets a process of its own: use hostd()"
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    return result
+
+
 def snapshot() -> dict:
     """What the VM tests may change, as the kernel shows it."""
     groups = sorted(str(p.relative_to(CGROUP)) for p in CGROUP.rglob("*") if p.is_dir())

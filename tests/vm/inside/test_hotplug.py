@@ -8,18 +8,28 @@ CPUs, and come back when one returns. A partition root stays a partition root th
 differs from v1 (FACTS.md: offlining empties a v1 cpuset, moves its tasks to the parent, and
 onlining restores nothing), which is why hostd re-applies after a CPU comes back.
 
-The agent's re-apply after an online event (``hostd.agent``) gets its test in this file, on the
-same fixtures: ``node1_group`` (a member v2 child holding CPUs 2-3 with a process in it) and
-``hotplug`` (offline/online, every CPU back online afterwards).
+The agent's own part (``hostd.agent``, device events): with the rank's CPU offline it plans the
+host again on the CPUs left, and once the CPU is back the rank has its planned CPU, cpuset and
+affinity again; SIGTERM then restores everything.
 """
 
 from __future__ import annotations
+
+import functools
+import os
 
 import pytest
 
 from hostd.cpuset import parse_cpulist
 from hostd.cpuset.cgroup import write_v2_cpuset
-from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed
+from tests import agentproc
+from tests.agentproc import Agent
+from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed, read
+from tests.vm.inside.test_agent import POLICY, cgroup_of, job_state
+from tests.workload import TrainingJob
+
+# Under software emulation a full pass takes seconds: a failure is reported after 2 minutes.
+wait_for = functools.partial(agentproc.wait_for, timeout=120)
 
 GROUP = "hostd-vmtest-hotplug"
 ALL = NODE0 | NODE1
@@ -83,3 +93,45 @@ def test_member_with_every_cpu_offline_falls_back_to_the_parent(v2, hotplug, nod
     hotplug.set(3, True)
     assert effective(v2, GROUP) == NODE1
     assert cpus_allowed(pid) == NODE1
+
+
+def test_agent_reapplies_after_the_ranks_cpu_comes_back(tmp_path, hotplug):
+    trainer = "/sys/fs/cgroup/hostd.trainer"
+    with TrainingJob(ranks=1, workers=1) as job:
+        before = job_state(job)
+        agent = Agent(tmp_path, job.launcher, policy=POLICY)
+        try:
+            rank = job.ranks[0]
+            agent.wait_passes(1, timeout=300)  # an interpreter starts slowly under emulation
+            wait_for(lambda: cgroup_of(rank) == "/hostd.trainer", "rank placed", agent)
+            (own,) = os.sched_getaffinity(rank)
+            assert read(f"{trainer}/cpuset.cpus") == str(own)
+            devices = agent.wait_passes(1)["events"].get("device_events", 0)
+
+            hotplug.set(own, False)
+            wait_for(
+                lambda: agent.status()["events"].get("device_events", 0) > devices,
+                "the offline event",
+                agent,
+            )
+            # Planned again on the CPUs left: the rank has another CPU of its own meanwhile.
+            wait_for(
+                lambda: len(os.sched_getaffinity(rank)) == 1 and own not in cpus_allowed(rank),
+                "the rank on another CPU",
+                agent,
+            )
+            hotplug.set(own, True)
+            wait_for(lambda: os.sched_getaffinity(rank) == {own}, "the rank's CPU again", agent)
+            wait_for(
+                lambda: (
+                    read(f"{trainer}/cpuset.cpus") == str(own)
+                    and read(f"{trainer}/cpuset.cpus.effective") == str(own)
+                ),
+                "the trainer cpuset again",
+                agent,
+            )
+            assert cgroup_of(rank) == "/hostd.trainer"
+        finally:
+            log = agent.stop()
+        assert "Traceback" not in log, log
+        assert job_state(job) == before, log
