@@ -30,7 +30,8 @@ runs a full pass at once (``hostd enable``/``disable`` use it). Files:
   ``RUN_DIR/disabled`` (present: switched off).
 
 With ``scope`` (``hostd run --scope-pid PID``) only those processes and their descendants are
-classified and changed: a sandbox for tests, and the shape of a sidecar that manages its own job.
+classified and changed: a sandbox for tests. ``sidecar`` (``hostd run --sidecar``) scopes it to
+its own pod and leaves host-wide knobs alone (``hostd.sidecar``).
 The agent never touches its own process, and uses the doctor's probe to leave out what the host
 does not allow (feature by feature) instead of failing.
 """
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
 import logging
@@ -49,6 +51,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import hostd.sidecar
 from hostd import __version__, knobs
 from hostd.classify import Classified, Classifier
 from hostd.cpufreq import hold_cpu_dma_latency
@@ -146,8 +149,10 @@ class Agent:
         mode: str | None = None,
         allow_insecure_policy: bool = False,
         scope: list[int] | None = None,
+        sidecar: bool = False,
     ) -> None:
         self.host = host
+        self.sidecar = sidecar
         self.policy_path = policy_path
         self.allow_insecure = allow_insecure_policy
         self.policy = load_checked(policy_path, allow_insecure_policy)
@@ -167,7 +172,8 @@ class Agent:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._latency_fd: int | None = None
         # Incremental state, from the last full pass.
-        self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=scope)
+        pod = functools.partial(hostd.sidecar.scope, host) if sidecar and scope is None else None
+        self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=pod or scope)
         self.classifier = Classifier(self.policy)
         self.classified: dict[int, Classified] = {}
         self.layer_counts: Counter[str] = Counter()
@@ -207,7 +213,7 @@ class Agent:
     # -- full pass -----------------------------------------------------------------------------
     def _cstate(self, on: bool) -> None:
         """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
-        want = self.policy.cpu_dma_latency_us
+        want = None if self.sidecar else self.policy.cpu_dma_latency_us
         if on and want is not None and self._latency_fd is None and self.mode == "enforce":
             try:
                 self._latency_fd = hold_cpu_dma_latency(self.host, want)
@@ -270,7 +276,9 @@ class Agent:
         return report
 
     def _reconcile(self, want: dict, observed: dict, **kwargs: object) -> PassReport:
-        off = self.caps.disabled_kinds()
+        off = self.caps.disabled_kinds() | (
+            hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
+        )
         if off:
             want = {k: v for k, v in want.items() if knobs.kind_of(k) not in off}
         report = reconcile(
@@ -503,6 +511,7 @@ class Agent:
                 "sha256": self.policy.sha256,
             },
             "source": {"kind": self.source, "detail": self.source_detail},
+            "sidecar": self.sidecar,
             "layers": layers,
             "last_pass": self.last.get("last_pass", {}),
             "passes": self.passes,
@@ -638,6 +647,9 @@ class Agent:
             self.policy.source,
             os.getpid(),
         )
+        if self.sidecar:
+            for feature, _, detail in hostd.sidecar.describe(self.host):
+                log.info("%s: %s", feature, detail)
         # hostd's own priority: in a storm of new threads it must not be starved by the very
         # threads it is placing (it uses CPU only when there are events).
         if self.policy.agent_nice is not None:

@@ -34,11 +34,14 @@ from hostd.cli.common import (
     out,
     print_json,
 )
-from hostd.doctor import probe
+from hostd.doctor import Finding, probe
 from hostd.host import Host
 from hostd.journal import Journal, read_boot_id
 from hostd.policy import PolicyError
 from hostd.reconcile import restore as restore_journal
+from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
+from hostd.sidecar import describe as describe_sidecar
+from hostd.sidecar import scope as sidecar_scope
 
 StateOpt = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", envvar="HOSTD_STATE_DIR", help="Where the journal lives."
@@ -68,12 +71,23 @@ def run(
     scope_pid: list[int] = typer.Option(
         [], "--scope-pid", help="Only this process and its descendants (repeatable)."
     ),
+    sidecar: bool = typer.Option(
+        False,
+        "--sidecar",
+        envvar="HOSTD_SIDECAR",
+        help="Manage only this pod's tasks (or this cgroup's parent); host-wide knobs off.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the agent: apply the policy and keep it applied; Ctrl-C (SIGTERM) restores."""
     _logging(verbose)
     if mode not in (None, "enforce", "observe"):
         fail(f"--mode {mode!r}: expected enforce or observe")
+    if sidecar:
+        try:
+            sidecar_scope(Host())  # it can tell its pod's tasks, or says why not
+        except SidecarError as exc:
+            fail(str(exc), EXIT_FAILURE)
     try:
         agent = Agent(
             Host(),
@@ -83,6 +97,7 @@ def run(
             mode=mode,
             allow_insecure_policy=allow_insecure_policy,
             scope=scope_pid or None,
+            sidecar=sidecar,
         )
     except PolicyError as exc:
         fail(str(exc))
@@ -90,7 +105,7 @@ def run(
         logging.getLogger("hostd").warning("policy %s", warning)
     try:
         report = agent.run(once=once)
-    except AgentError as exc:
+    except (AgentError, SidecarError) as exc:
         fail(str(exc), EXIT_FAILURE)
     if once:
         out.print(f"one pass ({agent.mode}): {summarize(report.counts)}")
@@ -206,17 +221,25 @@ def enable(run_dir: str = RunOpt) -> None:
     _switch(run_dir, False)
 
 
-def doctor(root: str = RootOpt, as_json: bool = JsonOpt) -> None:
+def doctor(
+    root: str = RootOpt,
+    as_json: bool = JsonOpt,
+    sidecar: bool = typer.Option(
+        False, "--sidecar", envvar="HOSTD_SIDECAR", help="What `hostd run --sidecar` may do here."
+    ),
+) -> None:
     """Say what this host allows hostd to do, and what it will and will not do here."""
     host = get_host(root)
     caps = probe(host)
+    if sidecar:
+        caps.findings += [Finding(*line) for line in describe_sidecar(host)]
     if as_json:
         print_json([{"feature": f.feature, "ok": f.ok, "detail": f.detail} for f in caps.findings])
         return
     for f in caps.findings:
         mark = "[green]ok[/]  " if f.ok else "[yellow]no[/]  "
         out.print(f"{mark}{f.feature:15} {f.detail}")
-    off = sorted(caps.disabled_kinds())
+    off = sorted(caps.disabled_kinds() | (HOST_WIDE_KINDS if sidecar else set()))
     out.print(
         "hostd run will "
         + ("change everything its policy asks for" if not off else f"leave out: {', '.join(off)}")

@@ -14,9 +14,10 @@ It only changes which cpuset a *thread* is in:
   and keeps every domain controller (memory, io, pids) of its processes; only the cpuset of
   the moved threads changes, so one process's threads can be split between layers. hostd
   enables ``cpuset`` in ``cgroup.subtree_control`` from the root down to G where it is not on
-  (each of those writes is journaled). The kernel refuses a threaded child where G cannot be a
-  thread root (G has child cgroups with processes, or domain controllers enabled for children):
-  that is reported, and those threads keep their thread affinity, which applies everywhere.
+  (each of those writes is journaled). hostd leaves alone a G that has child cgroups of its own
+  (someone's delegated subtree), and the kernel refuses a threaded child where G cannot be a
+  thread root (domain controllers enabled for its children): either is reported, and those
+  threads keep their thread affinity, which applies everywhere.
   Partitions are not used: a partition root must be the child of a partition root, so it could
   only hold processes moved out of their cgroups.
 
@@ -37,7 +38,7 @@ import os
 from cgroupspy import trees
 
 from hostd import knobs
-from hostd.cpuset import CPUSET_ROOT, format_cpulist, home_of, parse_cpulist
+from hostd.cpuset import CPUSET_ROOT, V2_PREFIX, format_cpulist, home_of, parse_cpulist
 from hostd.host import Gone, Host, HostError
 from hostd.host.errors import from_oserror
 from hostd.host.parsers import parse_cgroup
@@ -152,8 +153,24 @@ def _write_group_v2(host: Host, key: str, mount: str, path: str, value: object) 
             host.rmdir(base)
         return
     assert isinstance(value, dict)
-    if not host.exists(os.path.dirname(base)):
+    home = os.path.dirname(base)
+    if not host.exists(home):
         raise Gone(errno.ENOENT, key, f"its home cgroup {home_of(path)} is gone")
+    if not host.exists(base):
+        # A cgroup that has children of its own is someone's subtree (a delegated service, a
+        # container runtime): hostd leaves it alone rather than make it a thread root.
+        others = [
+            name
+            for name in host.listdir(home)
+            if not name.startswith(V2_PREFIX) and host.exists(f"{home}/{name}/cgroup.type")
+        ]
+        if others:
+            raise HostError(
+                errno.EOPNOTSUPP,
+                key,
+                f"{home_of(path)} has child cgroups of its own ({', '.join(sorted(others)[:3])}):"
+                " hostd does not make it a thread root",
+            )
     if host.mkdir(base):
         try:
             host.write(f"{base}/cgroup.type", "threaded")

@@ -18,7 +18,7 @@ choice and BENCHMARKS.md for the full pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hostd.cpuset import home_of
@@ -266,20 +266,28 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
 class TaskCache:
     """Every known thread by tid, and its process by pid, kept current from events.
 
-    ``pids``: a fixed scope (the roots and their descendants at each rescan; processes forked
-    by a process in scope join it). ``refresh`` reads one stat and one sched_getaffinity per
-    named thread; a process is read (cmdline, cgroup, credentials, fds) when it is new or
-    exec'd. A process's GPU-driver fds are re-checked when it starts a new thread, at most once
-    a second while it holds none: CUDA opens the driver, then starts its threads.
+    ``scope``: the roots of a scope (a list, or a function giving them at each rescan), which
+    holds them and their descendants; processes forked by a process in scope join it.
+    ``refresh`` reads one stat and one sched_getaffinity per named thread; a process is read
+    (cmdline, cgroup, credentials, fds) when it is new or exec'd. A process's GPU-driver fds
+    are re-checked when it starts a new thread, at most once a second while it holds none: CUDA
+    opens the driver, then starts its threads.
     """
 
     FD_RECHECK = 1.0  # seconds
 
-    def __init__(self, host: Host, *, read_fds: bool = True, scope: list[int] | None = None):
+    def __init__(
+        self,
+        host: Host,
+        *,
+        read_fds: bool = True,
+        scope: list[int] | Callable[[], list[int] | None] | None = None,
+    ):
         self.host = host
         self.read_fds = read_fds
         self.scope_roots = scope
         self.scope: set[int] | None = None
+        self._roots: set[int] = set()
         self.tasks: dict[int, Task] = {}
         self.procs: dict[int, Process] = {}
         self.members: dict[int, set[int]] = {}  # pid -> tids
@@ -293,9 +301,11 @@ class TaskCache:
     def rescan(self) -> list[Task]:
         """Read every thread again (in scope); returns them sorted by tid."""
         pids = None
-        if self.scope_roots is not None:
-            pids = descendants(self.host, self.scope_roots)
+        roots = self.scope_roots() if callable(self.scope_roots) else self.scope_roots
+        if roots is not None:
+            pids = descendants(self.host, roots)
             self.scope = set(pids)
+            self._roots = set(roots)
         nvml, _ = self.host.nvml()
         self._nvml_pids = nvml.pids if nvml else frozenset()
         tasks = scan(self.host, read_fds=self.read_fds, pids=pids)
@@ -336,7 +346,7 @@ class TaskCache:
                 self.procs.pop(pid, None)
                 self._fds_checked.pop(pid, None)
                 self._creds.pop(pid, None)
-                if self.scope is not None and pid not in (self.scope_roots or ()):
+                if self.scope is not None and pid not in self._roots:
                     self.scope.discard(pid)
         return task
 
