@@ -207,7 +207,14 @@ def _read_subtree(host: Host, key: str) -> bool:
 def _write_subtree(host: Host, key: str, value: object) -> None:
     _, mount = _where(host, key)
     path = _group_path(key).rstrip("/")
-    host.write(f"{mount}{path}/cgroup.subtree_control", "+cpuset" if value else "-cpuset")
+    try:
+        host.write(f"{mount}{path}/cgroup.subtree_control", "+cpuset" if value else "-cpuset")
+    except HostError as exc:
+        if value or exc.errno != errno.EBUSY:
+            raise
+        # Someone else's cgroups below now use the controller hostd turned on: it stays on for
+        # them, and hostd's record of it is closed (as for a knob that is gone).
+        raise Gone(errno.EBUSY, key, "cpuset is in use below by other cgroups: left on") from None
 
 
 def _read_member(host: Host, key: str) -> str:

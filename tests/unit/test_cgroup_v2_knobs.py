@@ -7,6 +7,8 @@ makes itself, which a fixture tree shows as well as a kernel.
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 import hostd.cpuset.cgroup  # noqa: F401  (registers the cgroup knobs)
@@ -67,3 +69,20 @@ def test_subtree_knob_reads_the_controller_and_a_missing_group_is_gone(tree):
 )
 def test_home_of_hostds_groups(path, home):
     assert home_of(path) == home
+
+
+def test_turning_cpuset_off_where_others_now_use_it_leaves_it_on(tree, monkeypatch):
+    """EBUSY on ``-cpuset``: other cgroups below enabled it meanwhile; restore closes the record
+    (outcome "gone") rather than fail every time."""
+    host = Host(tree)
+
+    def busy(rel, text):
+        raise HostError(errno.EBUSY, rel, "Device or resource busy")
+
+    monkeypatch.setattr(host, "write", busy)
+    with pytest.raises(HostError) as err:
+        knobs.write(host, "cgroup/subtree/", False)
+    assert err.value.outcome == "gone" and "left on" in str(err.value)
+    with pytest.raises(HostError) as err:
+        knobs.write(host, "cgroup/subtree/", True)  # turning it on: a real failure
+    assert err.value.outcome == "error"
