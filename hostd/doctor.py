@@ -128,6 +128,10 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
         )
     else:
         f.append(Finding("cpusets", False, "no cpuset controller: thread affinity only"))
+    mount = layout.v1_mount("cpuset") if layout.cpuset == "v1" else layout.v2_mount
+    if caps.cpuset != "none" and mount and live and not os.access(host.path(mount), os.W_OK):
+        caps.cpuset = "none"  # e.g. a container with /sys/fs/cgroup mounted read-only
+        f.append(Finding("cpusets", False, f"{mount} is read-only here: thread affinity only"))
 
     runtime = host.read_line("proc/sys/kernel/sched_rt_runtime_us")
     if runtime == "-1":

@@ -2,9 +2,10 @@
 ``shareProcessNamespace`` (``unshare --pid --fork --mount-proc``).
 
 Inside the namespace a stand-in job (tests/workload.py) and ``hostd run --sidecar --once`` with
-the privileged tests' policy: the job's threads are changed (the whole namespace is the scope:
-no ``--scope-pid``), while the host-wide knobs that policy asks for (IRQs off the trainer's
-CPU, a C-state limit) are left alone; ``hostd restore`` puts the job back as it was.
+the privileged tests' policy, with cgroupfs read-only as in a pod: the job's threads are changed
+(the whole namespace is the scope: no ``--scope-pid``), while the host-wide knobs that policy
+asks for (IRQs off the trainer's CPU, a C-state limit) and cpusets are left alone; ``hostd
+restore`` puts the job back as it was.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "tests" / "privileged" / "policy.toml"
+CGROUPS = Path("/sys/fs/cgroup")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a PID namespace and real threads"),
@@ -33,13 +35,17 @@ INSIDE = textwrap.dedent(
     from tests.privileged.test_agent import host_state
     from tests.workload import TrainingJob
 
-    policy, state, run = sys.argv[1:4]
+    policy, state, run, ro = sys.argv[1:5]
     hostd = [sys.executable, "-c", "from hostd.cli import main; main()"]
     dirs = ["--state-dir", state, "--run-dir", run]
 
     def call(*args):
         p = subprocess.run([*hostd, *args], capture_output=True, text=True, timeout=120)
         return {"rc": p.returncode, "out": p.stdout, "err": p.stderr}
+
+    # As in a pod: cgroupfs read-only (this mount namespace only; unshare makes it private).
+    for args in (["--bind", ro, ro], ["-o", "remount,bind,ro", ro]):
+        subprocess.run(["mount", *args], check=True)
 
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
@@ -60,7 +66,7 @@ INSIDE = textwrap.dedent(
 def test_sidecar_in_its_own_pid_namespace_changes_its_pod_only(tmp_path):
     proc = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", INSIDE,
-         str(POLICY), str(tmp_path / "state"), str(tmp_path / "run")],
+         str(POLICY), str(tmp_path / "state"), str(tmp_path / "run"), str(CGROUPS)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
@@ -74,6 +80,8 @@ def test_sidecar_in_its_own_pid_namespace_changes_its_pod_only(tmp_path):
     assert result["rank_changed"], run  # the job's trainer got its layer's settings
     assert result["host_wide_same"], run  # IRQs and the C-state limit left alone
     assert "a PID namespace of its own" in result["doctor"]["out"], result["doctor"]
-    assert "leave out:" in result["doctor"]["out"] and "irq" in result["doctor"]["out"]
+    doctor = result["doctor"]["out"]
+    assert "leave out:" in doctor and "irq" in doctor
+    assert "is read-only here: thread affinity only" in doctor  # no cpuset writes in the pod
     assert result["restore"]["rc"] == 0, result["restore"]
     assert result["restored"], result["restore"]
