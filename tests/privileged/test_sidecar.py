@@ -22,7 +22,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "tests" / "privileged" / "policy.toml"
-CGROUPS = Path("/sys/fs/cgroup")
+# The cpuset hierarchy, made read-only inside the namespace (v1 here; v2 where that is all).
+CPUSET = next(p for p in (Path("/sys/fs/cgroup/cpuset"), Path("/sys/fs/cgroup")) if p.is_dir())
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a PID namespace and real threads"),
@@ -66,7 +67,7 @@ INSIDE = textwrap.dedent(
 def test_sidecar_in_its_own_pid_namespace_changes_its_pod_only(tmp_path):
     proc = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", INSIDE,
-         str(POLICY), str(tmp_path / "state"), str(tmp_path / "run"), str(CGROUPS)],
+         str(POLICY), str(tmp_path / "state"), str(tmp_path / "run"), str(CPUSET)],
         capture_output=True, text=True, timeout=300, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
