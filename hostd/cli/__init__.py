@@ -13,6 +13,7 @@ from hostd.cli import agent as agent_cmd
 from hostd.cli import classify as classify_cmd
 from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
+from hostd.cli import stats as stats_cmd
 from hostd.cli import topo as topo_cmd
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ app.command("topo")(topo_cmd.topo)
 app.command("classify")(classify_cmd.classify)
 app.command("explain")(classify_cmd.explain)
 app.command("plan")(plan_cmd.plan)
+app.command("stats")(stats_cmd.stats)
 app.add_typer(policy_cmd.app, name="policy")
 app.command("run")(agent_cmd.run)
 app.command("restore")(agent_cmd.restore)

@@ -1,9 +1,10 @@
 """Pure parsers for /proc and /sys file contents; no I/O here.
 
 Each function takes the text of one kernel file and returns plain values. Formats follow
-proc(5) (``/proc/PID/stat``, ``status``, ``cgroup``, ``mountinfo``, ``interrupts``) and the
-sysfs ABI documents under Documentation/ABI. Called by ``hostd.host.Host`` readers and by the
-topology and task snapshot builders.
+proc(5) (``/proc/PID/stat``, ``status``, ``cgroup``, ``mountinfo``, ``interrupts``), the
+scheduler's ``schedstat`` (Documentation/scheduler/sched-stats.rst) and the sysfs ABI documents
+under Documentation/ABI. Called by ``hostd.host.Host`` readers, by the topology and task
+snapshot builders and by ``hostd.stats``.
 """
 
 from __future__ import annotations
@@ -95,6 +96,23 @@ def parse_status(text: str) -> Status:
         voluntary_ctxt_switches=int(fields.get("voluntary_ctxt_switches", "0")),
         nonvoluntary_ctxt_switches=int(fields.get("nonvoluntary_ctxt_switches", "0")),
     )
+
+
+class Schedstat(NamedTuple):
+    """/proc/PID/task/TID/schedstat (Documentation/scheduler/sched-stats.rst): one thread's
+    scheduler totals since it started. Present with CONFIG_SCHED_INFO (or CONFIG_SCHEDSTATS)."""
+
+    run_ns: int  # time spent on a CPU
+    wait_ns: int  # time spent runnable, waiting on a run queue
+    timeslices: int  # number of timeslices run on a CPU
+
+
+def parse_schedstat(text: str) -> Schedstat:
+    """Parse "RUN_NS WAIT_NS TIMESLICES\\n"; raises ValueError on anything else."""
+    fields = text.split()
+    if len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
+        raise ValueError(f"schedstat: expected three counts, got {text!r}")
+    return Schedstat(int(fields[0]), int(fields[1]), int(fields[2]))
 
 
 def parse_cgroup(text: str) -> dict[str, str]:
