@@ -1,0 +1,110 @@
+"""The benchmark's training job: a small transformer trained with DDP (gloo) on CPU.
+
+Run it under torchrun (``torchrun --nproc-per-node 2 bench/trainer/train.py --seconds 30``):
+each rank trains a 2-layer transformer language model on random tokens fed by a DataLoader with
+persistent worker processes (which do a little CPU work per sample, as tokenizers and decoders
+do), all-reduces gradients over gloo every step, and after ``--warmup`` seconds counts steps for
+``--seconds``. Rank 0 prints one JSON line: ``{"steps": N, "seconds": S, "steps_per_s": R}``
+(and writes it to ``--out`` when given). The job's threads carry the names a real PyTorch job
+has (FACTS.md): the launcher ``pt_elastic``, ``gloo_tcp_loop``/``pt_gloo_runloop`` comm threads,
+``pt_data_worker`` processes, OpenMP workers named like the trainer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+VOCAB, SEQ, DIM = 512, 64, 128
+
+
+class RandomTokens(IterableDataset):
+    """Endless random token sequences; each sample costs a little CPU, as decoding does."""
+
+    def __init__(self, work: int) -> None:
+        self.work = work
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(os.getpid())
+        while True:
+            x = torch.randint(0, VOCAB, (SEQ + 1,), generator=gen)
+            acc = 0
+            for i in range(self.work):  # stand-in for tokenization / augmentation
+                acc = (acc * 31 + i) % 1_000_003
+            yield x[:-1], x[1:]
+
+
+class TinyLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        layer = nn.TransformerEncoderLayer(DIM, 4, 4 * DIM, dropout=0.0, batch_first=True)
+        self.body = nn.TransformerEncoder(layer, 2)
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.embed(x)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=30.0, help="measured time")
+    ap.add_argument("--warmup", type=float, default=5.0, help="seconds before counting")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    ap.add_argument("--work", type=int, default=2000, help="CPU work per sample in the workers")
+    ap.add_argument("--out", default=None, help="also write rank 0's JSON line here")
+    args = ap.parse_args()
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(TinyLM())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    loader = DataLoader(
+        RandomTokens(args.work),
+        batch_size=args.batch,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
+    start = time.monotonic()
+    counting_from = start + args.warmup
+    steps, counted_at = 0, None
+    for x, y in loader:
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        now = time.monotonic()
+        # Every rank decides together when to stop (an all-reduce of "done"), so that no rank
+        # waits forever in the next step's gradient all-reduce.
+        done = torch.tensor([1.0 if now >= counting_from + args.seconds else 0.0])
+        dist.all_reduce(done, op=dist.ReduceOp.MAX)
+        if counted_at is None and now >= counting_from:
+            counted_at, steps = now, 0
+        elif counted_at is not None:
+            steps += 1
+        if done.item() > 0:
+            break
+    elapsed = time.monotonic() - (counted_at or start)
+    if rank == 0:
+        line = json.dumps(
+            {"steps": steps, "seconds": round(elapsed, 3), "steps_per_s": steps / elapsed}
+        )
+        print(line, flush=True)
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
