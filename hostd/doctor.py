@@ -20,7 +20,10 @@ from hostd.numa import private_pages
 from hostd.topology import Topology, read_cgroup_layout
 
 # Capability bits (include/uapi/linux/capability.h).
-CAPS = {"CAP_SYS_NICE": 23, "CAP_SYS_ADMIN": 21, "CAP_DAC_OVERRIDE": 1}
+# What hostd uses (measured one by one with packaging/capcheck.py): SYS_NICE for affinity, RT
+# and nice of other users' threads; SYS_PTRACE for their /proc/PID/fd and page moves;
+# DAC_OVERRIDE to create cpuset cgroups; NET_ADMIN for the proc connector and its buffer.
+CAPS = {"CAP_SYS_NICE": 23, "CAP_SYS_PTRACE": 19, "CAP_DAC_OVERRIDE": 1, "CAP_NET_ADMIN": 12}
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +162,15 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
     # for. Kernel-managed IRQs show themselves on the agent's first write, and are remembered.
     irqs = [e for e in host.listdir("proc/irq") if e.isdigit()]
     caps.irqs = root and bool(irqs)
-    f.append(
-        Finding(
-            "IRQs",
-            caps.irqs,
-            f"{len(irqs)} IRQs; kernel-managed ones refuse on the first write and are then left "
-            "alone"
-            if root
-            else "IRQ affinity needs root",
-        )
+    detail = (
+        f"{len(irqs)} IRQs; kernel-managed ones refuse on the first write and are then left alone"
+        if root
+        else "IRQ affinity needs root"
     )
+    if caps.irqs and live and not os.access(host.path(f"proc/irq/{irqs[0]}"), os.W_OK):
+        caps.irqs = False  # e.g. a pod that is not privileged: /proc/irq is mounted read-only
+        detail = "/proc/irq is read-only here: IRQs are left as they are"
+    f.append(Finding("IRQs", caps.irqs, detail))
 
     cpu0 = "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
     caps.cpufreq = host.exists(cpu0)

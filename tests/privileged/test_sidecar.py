@@ -2,10 +2,10 @@
 ``shareProcessNamespace`` (``unshare --pid --fork --mount-proc``).
 
 Inside the namespace a stand-in job (tests/workload.py) and ``hostd run --sidecar --once`` with
-the privileged tests' policy, with cgroupfs read-only as in a pod: the job's threads are changed
-(the whole namespace is the scope: no ``--scope-pid``), while the host-wide knobs that policy
-asks for (IRQs off the trainer's CPU, a C-state limit) and cpusets are left alone; ``hostd
-restore`` puts the job back as it was.
+the privileged tests' policy, with cgroupfs and /proc/irq read-only as in a pod: the job's
+threads are changed (the whole namespace is the scope: no ``--scope-pid``), while the host-wide
+knobs that policy asks for (IRQs off the trainer's CPU, a C-state limit) and cpusets are left
+alone; ``hostd restore`` puts the job back as it was.
 """
 
 from __future__ import annotations
@@ -44,9 +44,11 @@ INSIDE = textwrap.dedent(
         p = subprocess.run([*hostd, *args], capture_output=True, text=True, timeout=120)
         return {"rc": p.returncode, "out": p.stdout, "err": p.stderr}
 
-    # As in a pod: cgroupfs read-only (this mount namespace only; unshare makes it private).
-    for args in (["--bind", ro, ro], ["-o", "remount,bind,ro", ro]):
-        subprocess.run(["mount", *args], check=True)
+    # As in a pod: cgroupfs and /proc/irq read-only (in this mount namespace only: unshare
+    # makes it private).
+    for path in (ro, "/proc/irq"):
+        for args in (["--bind", path, path], ["-o", "remount,bind,ro", path]):
+            subprocess.run(["mount", *args], check=True)
 
     with TrainingJob(ranks=1, workers=1) as job:
         before = host_state(job)
@@ -84,5 +86,6 @@ def test_sidecar_in_its_own_pid_namespace_changes_its_pod_only(tmp_path):
     doctor = result["doctor"]["out"]
     assert "leave out:" in doctor and "irq" in doctor
     assert "is read-only here: thread affinity only" in doctor  # no cpuset writes in the pod
+    assert "/proc/irq is read-only here" in doctor
     assert result["restore"]["rc"] == 0, result["restore"]
     assert result["restored"], result["restore"]
