@@ -1,0 +1,1 @@
+"""Packaging tier: the deb, the rpm, the systemd unit, the container image, Kubernetes."""
