@@ -182,6 +182,24 @@ def host_fs(root: Path) -> Iterator[Path]:
             pytest.fail(f"left mounted under {root} (now lazily unmounted): {left}")
 
 
+def check_installed_hostd(root: Path) -> None:
+    """The hostd installed in ``root`` works there: the shipped policy, its version, a policy
+    check, a plan (table and JSON) and doctor, with /proc and /sys mounted."""
+    shipped = (REPO / "hostd" / "policy" / "training.toml").read_bytes()
+    assert (root / "etc/hostd/policy.toml").read_bytes() == shipped
+    with host_fs(root):
+        assert in_root(root, "hostd", "--version").stdout.strip() == f"hostd {VERSION}"
+        check = in_root(root, "hostd", "policy", "check", "/etc/hostd/policy.toml")
+        assert "/etc/hostd/policy.toml: ok" in check.stdout
+        plan = in_root(root, "hostd", "plan")
+        assert "policy training" in plan.stdout, plan.stdout
+        plan_json = in_root(root, "hostd", "plan", "--json")
+        assert plan_json.stdout.lstrip().startswith("{")
+        doctor = in_root(root, "hostd", "doctor", check=False)
+        assert "Traceback" not in doctor.stderr, doctor.stderr
+        assert "proc connector" in doctor.stdout
+
+
 @contextlib.contextmanager
 def root_copy(base: Path, where: Path) -> Iterator[Path]:
     """A private, writable copy of the cached Debian root, to install a package into.

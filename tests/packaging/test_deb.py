@@ -17,8 +17,8 @@ import pytest
 from tests.packaging.conftest import (
     REPO,
     VERSION,
+    check_installed_hostd,
     debian_version,
-    host_fs,
     in_root,
     root_copy,
 )
@@ -86,20 +86,7 @@ def test_deb_installs_and_runs_on_debian_12(deb_root):
     assert status == f"install ok installed {debian_version(VERSION)}"
     conffiles = in_root(deb_root, "dpkg-query", "-W", "-f=${Conffiles}", "hostd").stdout
     assert "/etc/hostd/policy.toml" in conffiles
-    assert (deb_root / "etc/hostd/policy.toml").read_bytes() == (
-        REPO / "hostd" / "policy" / "training.toml"
-    ).read_bytes()
-    with host_fs(deb_root):
-        assert in_root(deb_root, "hostd", "--version").stdout.strip() == f"hostd {VERSION}"
-        check = in_root(deb_root, "hostd", "policy", "check", "/etc/hostd/policy.toml")
-        assert "/etc/hostd/policy.toml: ok" in check.stdout
-        plan = in_root(deb_root, "hostd", "plan")
-        assert "policy training" in plan.stdout, plan.stdout
-        plan_json = in_root(deb_root, "hostd", "plan", "--json")
-        assert plan_json.stdout.lstrip().startswith("{")
-        doctor = in_root(deb_root, "hostd", "doctor", check=False)
-        assert "Traceback" not in doctor.stderr, doctor.stderr
-        assert "proc connector" in doctor.stdout
+    check_installed_hostd(deb_root)
 
 
 def test_deb_unit_verifies(deb_root):

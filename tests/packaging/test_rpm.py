@@ -14,8 +14,7 @@ import pytest
 from tests.packaging.conftest import (
     REPO,
     VERSION,
-    host_fs,
-    in_root,
+    check_installed_hostd,
     root_copy,
     rpm_version,
 )
@@ -79,15 +78,7 @@ def test_rpm_installs_and_runs(rpm_root):
         text=True,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    assert (rpm_root / "etc/hostd/policy.toml").read_bytes() == (
-        REPO / "hostd" / "policy" / "training.toml"
-    ).read_bytes()
     assert (rpm_root / "usr/lib/systemd/system/hostd.service").read_bytes() == (
         REPO / "packaging" / "hostd.service"
     ).read_bytes()
-    with host_fs(rpm_root):
-        assert in_root(rpm_root, "hostd", "--version").stdout.strip() == f"hostd {VERSION}"
-        check = in_root(rpm_root, "hostd", "policy", "check", "/etc/hostd/policy.toml")
-        assert "/etc/hostd/policy.toml: ok" in check.stdout
-        plan = in_root(rpm_root, "hostd", "plan")
-        assert "policy training" in plan.stdout, plan.stdout
+    check_installed_hostd(rpm_root)
