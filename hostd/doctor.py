@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from hostd.cpufreq import FILES as CPUFREQ_KINDS
 from hostd.host import Host, HostError
 from hostd.host.connector import ProcConnector
 from hostd.numa import private_pages
@@ -60,7 +61,7 @@ class Capabilities:
         if not self.irqs:
             off.add("irq")
         if not self.cpufreq:
-            off |= {"scaling_governor", "scaling_min_freq", "energy_performance_preference"}
+            off |= set(CPUFREQ_KINDS)
         return off
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from hostd.cpufreq import FILES as CPUFREQ_KINDS
 from hostd.cpuset import home_of
 from hostd.host import Host
 from hostd.host.parsers import parse_cgroup, primary_cgroup
@@ -26,9 +27,7 @@ from hostd.host.parsers import parse_cgroup, primary_cgroup
 # The initial namespaces have fixed inode numbers (include/linux/proc_ns.h: PROC_PID_INIT_INO).
 INIT_PID_NS_INODE = 0xEFFFFFFC
 
-HOST_WIDE_KINDS = frozenset(
-    {"irq", "scaling_governor", "scaling_min_freq", "energy_performance_preference"}
-)
+HOST_WIDE_KINDS = frozenset({"irq", *CPUFREQ_KINDS})
 HOST_WIDE = "IRQ affinity, CPU frequency governors, floors and EPP, the C-state limit"
 
 
