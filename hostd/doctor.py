@@ -55,7 +55,7 @@ class Capabilities:
         if not self.affinity:
             off.add("affinity")
         if not self.sched:
-            off |= {"sched", "nice"}
+            off |= {"sched", "nice", "autogroup"}
         if self.cpuset not in ("v1", "v2"):
             off |= {"cgroup", "cpuset", "subtree"}
         if not self.irqs:

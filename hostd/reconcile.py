@@ -43,6 +43,7 @@ _ORDER = {
     "affinity": 2,
     "sched": 3,
     "nice": 4,
+    "autogroup": 4,
     "irq": 5,
     "scaling_governor": 6,
     "scaling_min_freq": 7,
@@ -128,6 +129,8 @@ def desired_for_tasks(
             ]
         if tp.nice is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
+        if tp.group_nice is not None:
+            want[knobs.task_key(tp.tid, tp.start_time, "autogroup")] = tp.group_nice
     for np_ in numa_plans:
         want[knobs.task_key(np_.pid, np_.start_time, "numa")] = [np_.node, np_.method]
     return want
@@ -259,7 +262,7 @@ def reconcile(
 
 
 _UNKNOWN = object()
-TASK_KINDS = ("cpuset", "affinity", "sched", "nice", "numa")
+TASK_KINDS = ("cpuset", "affinity", "sched", "nice", "autogroup", "numa")
 
 
 def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str]:

@@ -90,10 +90,11 @@ def process(
     nvml: bool = False,
     kthread: bool = False,
     ppid: int = 1,
+    session: int = 0,
 ) -> Process:
     return Process(
         pid, 1000 + pid, comm, ppid, parent_comm, cgroup, "/", cmdline or comm,
-        None if kthread else exe, gpu_devices, nvml, kthread,
+        None if kthread else exe, gpu_devices, nvml, kthread, session,
     )  # fmt: skip
 
 

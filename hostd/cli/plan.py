@@ -44,6 +44,8 @@ def plan(
             sched += f" {s.priority}"
         if s.nice is not None:
             sched += f" nice {s.nice}"
+        if s.group_nice is not None:
+            sched += f", session nice {s.group_nice}"
         own = format_cpulist(lp.cpus) if lp.kind != "open" else "(pool)"
         table.add_row(
             lp.name, lp.kind, str(lp.threads), own or "-", format_cpulist(lp.mems), sched,
@@ -65,6 +67,8 @@ def plan(
             sched = (t.policy or "-") + (f" {t.priority}" if t.priority else "")
             if t.nice is not None:
                 sched += f" nice {t.nice}"
+            if t.group_nice is not None:
+                sched += f", session nice {t.group_nice}"
             tt.add_row(
                 str(t.tid), str(t.pid), t.comm, t.layer,
                 "-" if t.affinity is None else format_cpulist(t.affinity), sched,

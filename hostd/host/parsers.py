@@ -28,6 +28,7 @@ class Stat(NamedTuple):
     comm: str  # (2)
     state: str  # (3)
     ppid: int  # (4)
+    session: int  # (6) its session's id: the pid of the session leader
     flags: int  # (9)
     utime: int  # (14) clock ticks
     stime: int  # (15)
@@ -55,6 +56,7 @@ def parse_stat(text: str) -> Stat:
         comm,
         rest[0],
         int(rest[1]),
+        int(rest[3]),
         int(rest[6]),
         int(rest[11]),
         int(rest[12]),

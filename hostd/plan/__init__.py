@@ -5,9 +5,12 @@
 * **CPUs per layer.** Layers of kind ``confined``/``grouped`` get CPUs of their own, in policy
   order, within their ``cpus.min``/``cpus.max`` (fractions are of the online CPUs). Without
   usage statistics a layer wants one CPU per thread, clamped to [min, max]; with ``stats``
-  (CPUs in use per layer) it wants 1.25x its use. Empty layers get nothing. One CPU always stays
-  in the shared pool, so the catch-all layer is never without a CPU; a layer that gets no CPU
-  says so in its notes and its threads use the pool.
+  (CPUs in use per layer) it wants 1.25x its use. Empty layers get nothing. A quarter of the
+  CPUs, and at least 2, always stay in the shared pool (``pool_reserve``; the policy's
+  ``pool_min`` says otherwise): every open layer
+  (comm threads, data workers, system services) runs there, and a one-CPU pool starved them
+  (BENCHMARKS.md, trainer throughput). A layer that gets no CPU says so in its notes and its
+  threads use the pool, which is then every CPU on a small host.
 * **Which CPUs.** Latency layers (real-time sched or ``irqs = "avoid"``) take whole cores, so no
   other layer's thread shares their core's SMT pipeline; the others take cores whole while they
   can and may split the last one. Cores are taken from the top of a node down, so the pool keeps
@@ -45,7 +48,7 @@ from typing import NamedTuple
 
 from hostd.classify import Classified
 from hostd.cpuset import CPUSET_ROOT, format_cpulist, home_of, v2_group
-from hostd.policy import Layer, Policy
+from hostd.policy import CpuAmount, Layer, Policy
 from hostd.tasks import Process
 from hostd.topology import Topology
 
@@ -79,6 +82,7 @@ class TaskPlan(NamedTuple):
     reset_on_fork: bool
     node: int | None  # the NUMA node its process is placed on
     cpuset: str | None = None  # the cpuset cgroup it goes in ("/hostd/<layer>", "G/hostd.<layer>")
+    group_nice: int | None = None  # its session's autogroup nice (session leaders only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +176,7 @@ class Plan:
                     "reset_on_fork": tp.reset_on_fork,
                     "node": tp.node,
                     "cpuset": tp.cpuset,
+                    "group_nice": tp.group_nice,
                 }
                 for tp in self.tasks
             ],
@@ -329,6 +334,14 @@ def layer_want(
     return want
 
 
+def pool_reserve(total: int, pool_min: CpuAmount | None = None) -> int:
+    """CPUs that always stay in the shared pool: the policy's ``pool_min`` (at least 1), else a
+    quarter of them and at least 2."""
+    if pool_min is not None:
+        return max(1, pool_min.resolve(total))
+    return max(2, math.ceil(total / 4))
+
+
 def smt_width_of(topo: Topology) -> int:
     return max((len(c.siblings) for c in topo.cpus.values()), default=1)
 
@@ -370,6 +383,7 @@ def plan(
 
     # CPUs per layer.
     alloc = _Allocator(topo)
+    reserve = pool_reserve(total, policy.pool_min)
     smt_width = smt_width_of(topo)
     gpu_node_weights = Counter(g.node for g in topo.gpus if g.node is not None)
     layer_cpus: dict[str, frozenset[int]] = {}
@@ -380,7 +394,7 @@ def plan(
         n = members[layer.name]
         lo = layer.cpus_min.resolve(total)
         want = layer_want(layer, n, total, smt_width, stats)
-        budget = max(0, len(alloc.free) - 1)  # one CPU always stays in the pool
+        budget = max(0, len(alloc.free) - reserve)
         layer_notes: list[str] = []
         if want > budget:
             layer_notes.append(f"wanted {want} CPUs, {budget} left")
@@ -403,9 +417,9 @@ def plan(
         # A node that ran short: top up from the others, nearest first.
         for nid in sorted(topo.nodes, key=lambda x: (-alloc.free_on(x), x)):
             short = count - len(taken)
-            if short <= 0 or len(alloc.free) <= 1:
+            if short <= 0 or len(alloc.free) <= reserve:
                 break
-            taken |= alloc.take(nid, min(short, len(alloc.free) - 1), layer.latency)
+            taken |= alloc.take(nid, min(short, len(alloc.free) - reserve), layer.latency)
         if n and not taken:
             layer_notes.append("got no CPU of its own: its threads use the shared pool")
         elif n and len(taken) < lo:
@@ -711,7 +725,20 @@ class TaskPlanner:
                 sched_policy, priority, nice, reset = "other", None, -20, False
             else:
                 holders.add(task.key)
-        if affinity is None and node is None and cpuset is None and not (sched_policy or nice):
+        group_nice = None
+        if (
+            sched.group_nice is not None
+            and self.topo.autogroup
+            and task.tid == task.pid == task.process.session
+        ):
+            group_nice = sched.group_nice
+        if (
+            affinity is None
+            and node is None
+            and cpuset is None
+            and group_nice is None
+            and not (sched_policy or nice)
+        ):
             return None, numa  # nothing to decide for this thread: small plans at 100k threads
         return (
             TaskPlan(
@@ -727,6 +754,7 @@ class TaskPlanner:
                 reset_on_fork=reset,
                 node=node,
                 cpuset=cpuset,
+                group_nice=group_nice,
             ),
             numa,
         )

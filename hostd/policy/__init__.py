@@ -152,6 +152,9 @@ class Sched:
     nice: int | None = None
     reset_on_fork: bool = True  # RT only: children start as SCHED_OTHER
     max_rt_threads: int | None = None  # RT only: the per-layer cap (default: 16 per CPU)
+    # The nice of the autogroup of a session this layer's process leads (sched(7) "The
+    # autogroup feature"): what CFS weighs a whole session by, against other sessions.
+    group_nice: int | None = None
 
     @property
     def realtime(self) -> bool:
@@ -200,6 +203,7 @@ class Policy:
     rescan_interval: float = 60.0  # [agent] rescan_interval: the drift check, event mode
     agent_nice: int | None = -10  # [agent] nice: hostd's own nice value (None: leave it)
     cpu_dma_latency_us: int | None = None  # [agent] a C-state limit held while hostd runs
+    pool_min: CpuAmount | None = None  # CPUs always left to the shared pool (None: 25%, >= 2)
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -375,7 +379,9 @@ class _Checker:
 
     def sched(self, value: object, key: str) -> Sched:
         data = self.table(
-            value, key, ("policy", "priority", "nice", "reset_on_fork", "max_rt_threads")
+            value,
+            key,
+            ("policy", "priority", "nice", "reset_on_fork", "max_rt_threads", "group_nice"),
         )
         policy = None
         if "policy" in data:
@@ -410,7 +416,10 @@ class _Checker:
                     f"{key}.max_rt_threads", data["max_rt_threads"], 'only with "fifo" or "rr"'
                 )
             cap = self.integer(data["max_rt_threads"], f"{key}.max_rt_threads", 1, 1_000_000)
-        return Sched(policy, priority, nice, reset, cap)
+        group_nice = None
+        if "group_nice" in data:
+            group_nice = self.integer(data["group_nice"], f"{key}.group_nice", -20, 19)
+        return Sched(policy, priority, nice, reset, cap, group_nice)
 
     def min_freq(self, value: object, key: str) -> str:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -494,7 +503,7 @@ class _Checker:
         return layer
 
     def policy(self, data: dict, raw: bytes) -> Policy:
-        self.table(data, "", ("version", "name", "description", "agent", "layer"))
+        self.table(data, "", ("version", "name", "description", "pool_min", "agent", "layer"))
         if "version" not in data:
             raise self.fail("version", _NOTHING, "version = 1")
         if type(data["version"]) is not int or data["version"] != 1:
@@ -571,6 +580,11 @@ class _Checker:
         self.string(name, "name")
         if not isinstance(description, str):
             raise self.fail("description", description, "a string")
+        pool_min = None
+        if "pool_min" in data:
+            pool_min = self.cpu_amount(data["pool_min"], "pool_min")
+            if pool_min.count == 0:
+                raise self.fail("pool_min", 0, "at least 1: the catch-all layer needs a CPU")
         return Policy(
             source=self.source,
             sha256=hashlib.sha256(raw).hexdigest(),
@@ -585,6 +599,7 @@ class _Checker:
             rescan_interval=float(rescan),
             agent_nice=None if agent_nice == "keep" else agent_nice,
             cpu_dma_latency_us=latency,
+            pool_min=pool_min,
             warnings=tuple(self.warnings),
         )
 

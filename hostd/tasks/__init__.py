@@ -57,6 +57,7 @@ class Process:
     gpu_devices: tuple[str, ...]  # GPU-driver and render device files it holds, "/dev/nvidia0"
     nvml: bool  # NVML lists it among the GPU processes
     is_kthread: bool
+    session: int = 0  # its session (= its autogroup while autogroups are on); 0 unknown
 
     @property
     def gpu(self) -> bool:
@@ -175,6 +176,7 @@ def _read_process(
         gpu_devices=gpu,
         nvml=pid in nvml_pids,
         is_kthread=stat.is_kthread,
+        session=stat.session,
     )
 
 

@@ -116,6 +116,7 @@ class Topology:
     cgroup: CgroupLayout
     smt: bool
     nvml: str = ""  # "" when NVML answered, else why not
+    autogroup: bool = False  # kernel.sched_autogroup_enabled: CFS weighs sessions as groups
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -386,5 +387,6 @@ def read_topology(host: Host) -> Topology:
         cgroup=read_cgroup_layout(host),
         smt=any(len(c.siblings) > 1 for c in cpus.values()),
         nvml=nvml_why,
+        autogroup=host.read_line("proc/sys/kernel/sched_autogroup_enabled") == "1",
         notes=tuple(notes),
     )

@@ -80,8 +80,10 @@ def test_classify_explain_and_plan_a_live_training_job():
         if expected_rt:
             assert layers["trainer"]["threads"] >= 4
             decided = {t["tid"]: t for t in plan["tasks"]}
-            assert decided[job.ranks[0]]["policy"] == "fifo"
-            assert decided[job.ranks[0]]["layer"] == "trainer"
+            gloo = next(t["tid"] for t in data["threads"] if t["comm"] == "gloo_tcp_loop")
+            assert decided[gloo]["policy"] == "fifo" and decided[gloo]["layer"] == "comms"
+            # The ranks do not lead sessions here (the stand-in's launcher does): no session
+            # weight for them, and on a small host no CPUs of the trainer's own either.
         members = hostd("classify", "--members", "--layer", "helpers").stdout
         assert "pt_elastic" in members
 

@@ -70,7 +70,16 @@ def host_state(job: TrainingJob) -> dict:
         if irq.isdigit()
     }
     cpusets = sorted(p.name for p in CPUSET.iterdir() if p.is_dir()) if CPUSET.is_dir() else []
-    return {"threads": threads, "irqs": irqs, "cpusets": cpusets, "latency": _dma_latency()}
+    return {
+        "threads": threads,
+        "irqs": irqs,
+        "cpusets": cpusets,
+        "latency": _dma_latency(),
+        "autogroup": _read(f"/proc/{job.launcher}/autogroup"),  # "/autogroup-N nice X"
+    }
+
+
+AUTOGROUPS = _read("/proc/sys/kernel/sched_autogroup_enabled") == "1"
 
 
 def _dma_latency() -> int | None:
@@ -116,6 +125,8 @@ def _effects(job: TrainingJob) -> None:
     for worker in job.workers:
         assert _thread_state(worker)[1] == os.SCHED_BATCH and _thread_state(worker)[3] == 5
     assert _thread_state(job.launcher)[1] == os.SCHED_IDLE
+    if AUTOGROUPS:  # the session the launcher leads (the whole job's) weighs nice 5
+        assert (_read(f"/proc/{job.launcher}/autogroup") or "").endswith(" nice 5")
     # IRQs: off the trainer's CPU, except kernel-managed ones that refuse.
     moved = [
         irq for irq in os.listdir("/proc/irq") if irq.isdigit()

@@ -130,6 +130,54 @@ def test_layer_without_cpu_says_so_and_uses_pool():
     assert all(tp.affinity is None for tp in p.tasks if tp.layer == "trainer")
 
 
+def test_the_pool_keeps_a_quarter_of_the_cpus_and_at_least_two():
+    # On 2 CPUs a grouped trainer gets none of its own: it, the data workers and the comm threads
+    # all use both CPUs (a one-CPU pool starved the open layers: BENCHMARKS.md).
+    topo = synth.topology("1x2x1", gpus=1)
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)))
+    assert not p.layer("trainer").cpus and not p.layer("data").cpus
+    assert p.pool == topo.online
+    # On 16 CPUs, 4 stay in the pool however much the layers ask for.
+    greedy = TRAINING.replace(b'max = "50%"', b'max = "100%"').replace(b"min = 2", b"min = 64")
+    topo = synth.topology("1x16x1", gpus=1)
+    p = run(topo, job(topo, ranks=((0, "/dev/nvidia0"),)), greedy)
+    assert len(p.pool) == 4
+
+
+GROUP_NICE = b"""
+version = 1
+[[layer]]
+name = "trainer"
+comment = "ranks"
+match = [[{ parent_comm_prefix = "pt_elastic" }, { uid = 0 }]]
+sched = { group_nice = -20 }
+
+[[layer]]
+name = "rest"
+comment = "all else"
+match = [[]]
+"""
+
+
+def test_group_nice_goes_to_the_session_a_layer_process_leads_and_only_with_autogroups():
+    topo = replace(synth.topology("1x4x1"), autogroup=True)
+    leader = synth.process(200, parent_comm="pt_elastic", ppid=100, session=200)
+    member = synth.process(201, parent_comm="pt_elastic", ppid=100, session=7)  # a shell's
+    worker = synth.process(300, "pt_data_worker", parent_comm="python3", ppid=200, session=200)
+    tasks = synth.threads(leader, 3) + synth.threads(member, 2) + synth.threads(worker, 1)
+    p = run(topo, tasks, GROUP_NICE)
+    decided = {tp.tid: tp.group_nice for tp in p.tasks if tp.group_nice is not None}
+    # Only the leader's main thread carries its session's weight: one write per session, never
+    # a session that a layer process does not lead.
+    assert decided == {200: -20}
+    want = desired_state(p, tasks)
+    assert [k for k in want if k.endswith("/autogroup")] == ["task/200@5200/autogroup"]
+    assert want["task/200@5200/autogroup"] == -20
+    # With autogroups off the kernel ignores the value: nothing to write.
+    p = run(replace(topo, autogroup=False), tasks, GROUP_NICE)
+    assert all(tp.group_nice is None for tp in p.tasks)
+
+
 def test_empty_layers_get_no_cpus():
     topo = synth.topology("2x8x2", gpus=8)
     other = synth.process(400, "stress-ng")

@@ -356,7 +356,8 @@ def test_default_policy_layers() -> None:
     ]
     assert policy.layer("comms").sched == Sched("fifo", 20, None, True)
     assert policy.layer("trainer").numa == "gpu-local"
-    assert policy.layer("data").cpus_max == CpuAmount(fraction=0.25)
+    assert policy.layer("data").kind == "open"
+    assert policy.layer("trainer").sched == Sched(group_nice=-20)
     assert policy.needs_fds
 
 
