@@ -11,6 +11,7 @@ import typer
 from hostd import __version__
 from hostd.cli import agent as agent_cmd
 from hostd.cli import classify as classify_cmd
+from hostd.cli import demo as demo_cmd
 from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
 from hostd.cli import stats as stats_cmd
@@ -51,6 +52,7 @@ app.command("status")(agent_cmd.status)
 app.command("enable")(agent_cmd.enable)
 app.command("disable")(agent_cmd.disable)
 app.command("doctor")(agent_cmd.doctor)
+app.command("demo")(demo_cmd.demo)
 
 
 def main() -> None:

@@ -4,8 +4,9 @@
 ``task/TID@START/nice`` holds an int. ``task/PID@START/autogroup`` holds the nice of the
 autogroup of the session that process PID leads (/proc/PID/autogroup, sched(7)): with
 autogroups on, CFS first shares the CPU between sessions by that weight, then between the
-threads of each session by theirs, so a thread's own nice cannot win against another session. Reset-on-fork is set for real-time threads so that their
-children start as SCHED_OTHER (sched(7)). Called through ``hostd.knobs`` by ``hostd.reconcile``.
+threads of each session by theirs, so a thread's own nice cannot win against another session.
+Reset-on-fork is set for real-time threads so that their children start as SCHED_OTHER
+(sched(7)). Called through ``hostd.knobs`` by ``hostd.reconcile``.
 """
 
 from __future__ import annotations

@@ -283,9 +283,10 @@ def test_explain_names_the_failing_predicate_and_actual_value() -> None:
         "trainer",
         "helpers",
         "compile",
+        "system",
         "rest",
     ]
-    assert [r.matched for r in explanation.layers] == [False] * 5 + [True]
+    assert [r.matched for r in explanation.layers] == [False] * 6 + [True]
     comms = explanation.layers[0]
     assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 3
     assert all(g.actual == "python3" and not g.matched for g in comms.groups)

@@ -352,8 +352,10 @@ def test_default_policy_layers() -> None:
         "trainer",
         "helpers",
         "compile",
+        "system",
         "rest",
     ]
+    assert policy.layer("system").sched == Sched(group_nice=-10)
     assert policy.layer("comms").sched == Sched("fifo", 20, None, True)
     assert policy.layer("trainer").numa == "gpu-local"
     assert policy.layer("data").kind == "open"

@@ -1,0 +1,370 @@
+"""``hostd demo``: a one-minute version of the trainer benchmark, with nothing to install.
+
+It runs a stand-in training job three times, interleaved: alone, under CPU contention, and under
+the same contention with ``hostd run`` (the embedded default policy, scoped to the job); then
+prints steps/s relative to the job alone and, per arm, which layers of the job waited for a CPU
+(``hostd.stats``). Everything it starts is killed and the agent restores what it changed when
+the demo ends, on an error and on Ctrl-C (the agent's own SIGTERM path).
+
+The stand-in job is a process tree shaped and named like ``torchrun`` running PyTorch DDP
+(FACTS.md): a launcher renamed ``pt_elastic`` whose ``pt_tcpstore_uv`` thread is a barrier;
+ranks started each in a session of its own (as torchrun does), whose main thread computes a
+"step" (pure-Python arithmetic) on a "batch" from its ``pt_data_worker`` process and then waits
+for the other ranks through a ``gloo_tcp_loop`` thread. Steps/s is barrier rounds per second.
+The real benchmark, ``bench/trainer/run.py``, runs PyTorch itself and imports the helpers
+below (``Contention``, ``AgentProc``, ``layer_summary``).
+
+Roles run as ``python -m hostd.demo ROLE ...`` child processes and use the standard library
+only, so they start in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HOSTD = [sys.executable, "-m", "hostd"]
+JOB_LAYERS = ("trainer", "comms", "data")
+
+
+def rename(name: str) -> None:
+    """Set the calling thread's comm (what ``ps -L`` and hostd's comm predicates see)."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+        fh.write(name)
+
+
+def busy(iterations: int) -> int:
+    acc = 0
+    for i in range(iterations):
+        acc = (acc + i * i) % 1_000_003
+    return acc
+
+
+def calibrate(ms: float) -> int:
+    """Iterations of ``busy`` that take about ``ms`` milliseconds on this CPU, now."""
+    n = 20_000
+    while True:
+        t = time.perf_counter()
+        busy(n)
+        took = time.perf_counter() - t
+        if took > 0.02:
+            return max(1, int(n * ms / 1000 / took))
+        n *= 2
+
+
+# -- the stand-in job's roles ----------------------------------------------------------------
+def _launcher(ranks: int, warmup: float, seconds: float, step: int, batch: int, out: int) -> None:
+    rename("pt_elastic")
+    socks, procs = [], []
+    for _ in range(ranks):
+        mine, theirs = socket.socketpair()
+        procs.append(
+            subprocess.Popen(
+                [*HOSTD[:2], "hostd.demo", "rank", str(theirs.fileno()), str(step), str(batch)],
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,  # torchrun starts each rank in a session of its own
+            )
+        )
+        theirs.close()
+        socks.append(mine)
+    result: dict = {}
+
+    def store() -> None:  # the rendezvous store: here a barrier, one round per step
+        rename("pt_tcpstore_uv")
+        start = time.monotonic()
+        counted_at, rounds, now = None, 0, start
+        while True:
+            for s in socks:
+                if not s.recv(1):
+                    result["error"] = "a rank exited"
+                    return
+            now = time.monotonic()
+            if counted_at is None and now >= start + warmup:
+                counted_at, rounds = now, 0
+            elif counted_at is not None:
+                rounds += 1
+            stop = counted_at is not None and now >= counted_at + seconds
+            for s in socks:
+                s.sendall(b"x" if stop else b"c")
+            if stop:
+                result.update(steps=rounds, seconds=round(now - counted_at, 3))
+                result["steps_per_s"] = rounds / (now - counted_at)
+                return
+
+    t = threading.Thread(target=store)
+    t.start()
+    t.join()
+    os.write(out, (json.dumps(result) + "\n").encode())
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=10)
+
+
+def _rank(fd: int, step: int, batch: int) -> None:
+    sock = socket.socket(fileno=fd)
+    req_r, req_w = os.pipe()
+    got_r, got_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the DataLoader worker: one batch of CPU work per request
+        rename("pt_data_worker")
+        os.close(req_w)
+        os.close(got_r)
+        while os.read(req_r, 1):
+            busy(batch)
+            os.write(got_w, b"b")
+        os._exit(0)
+    os.close(req_r)
+    os.close(got_w)
+    os.write(req_w, b"rr")  # two batches in flight, as DataLoader's prefetch
+    ask: queue.SimpleQueue = queue.SimpleQueue()
+    answer: queue.SimpleQueue = queue.SimpleQueue()
+
+    def comm() -> None:  # the all-reduce: one round trip to the barrier per step
+        rename("gloo_tcp_loop")
+        try:
+            while ask.get():
+                sock.sendall(b"s")
+                answer.put(sock.recv(1))
+        except OSError:  # the launcher is gone: stop the rank
+            answer.put(b"")
+
+    threading.Thread(target=comm, daemon=True).start()
+    while True:
+        os.read(got_r, 1)
+        os.write(req_w, b"r")
+        busy(step)
+        ask.put(True)
+        if answer.get() != b"c":
+            break
+    os.close(req_w)
+    os.waitpid(pid, 0)
+
+
+# -- helpers shared with bench/trainer/run.py --------------------------------------------------
+class Contention:
+    """``n`` CPU hogs in a session of their own (another tenant): ``stress-ng --cpu n`` where
+    it is installed, else Python busy loops."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tool = "stress-ng" if shutil.which("stress-ng") else "python busy loops"
+        if self.tool == "stress-ng":
+            argv = ["stress-ng", "--cpu", str(n), "--cpu-method", "int64", "--quiet"]
+        else:
+            code = (
+                "import os\nfor _ in range(%d - 1):\n    if os.fork() == 0: break\nwhile True: pass"
+            )
+            argv = [sys.executable, "-c", code % n]
+        self.proc = subprocess.Popen(
+            argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def pids(self) -> list[int]:
+        return session_pids(self.proc.pid)
+
+    def stop(self) -> None:
+        kill_session(self.proc)
+
+
+def _ppid_sid() -> dict[int, tuple[int, int]]:
+    """{pid: (parent pid, session id)} of every process now."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry}/stat") as fh:
+                    text = fh.read()
+                fields = text[text.rindex(")") + 2 :].split()
+                found[int(entry)] = (int(fields[1]), int(fields[3]))
+    return found
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` now."""
+    return sorted(pid for pid, (_, s) in _ppid_sid().items() if s == sid)
+
+
+def kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL what ``proc`` started: its session (it was started with start_new_session) and
+    every descendant, also those in sessions of their own (the ranks); then reap it."""
+    table = _ppid_sid()
+    doomed = {pid for pid, (_, sid) in table.items() if sid == proc.pid} | {proc.pid}
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in table.items() if ppid in doomed} - doomed
+        doomed |= more
+        grew = bool(more)
+    for pid in sorted(doomed):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+class AgentProc:
+    """``hostd run`` as a child process with its own state and run folders; ``stop()`` sends
+    SIGTERM, on which the agent puts back everything it changed."""
+
+    def __init__(
+        self, workdir: Path, *, policy: str | None = None, scope: Sequence[int] = ()
+    ) -> None:
+        self.state, self.run = workdir / "state", workdir / "run"
+        self.log = workdir / "agent.log"
+        workdir.mkdir(parents=True, exist_ok=True)
+        argv = [*HOSTD, "run", "--state-dir", str(self.state), "--run-dir", str(self.run)]
+        if policy:
+            argv += ["--policy", policy]
+        for pid in scope:
+            argv += ["--scope-pid", str(pid)]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+
+    def wait_started(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hostd run exited:\n{self.log.read_text()}")
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads((self.run / "status.json").read_text()).get("passes", 0) >= 1:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"hostd run made no pass within {timeout} s:\n{self.log.read_text()}")
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.log.read_text()
+
+
+def layer_summary(stats) -> dict[str, dict[str, float]]:
+    """Per layer of a ``hostd.stats.Stats``: threads, CPU/s, wait share, involuntary switches/s."""
+    return {
+        ls.layer: {
+            "threads": ls.threads,
+            "cpu": round(ls.rates.cpu, 3),
+            "wait_share": round(ls.rates.wait_share, 3),
+            "wait_ms_per_s": round(ls.rates.wait * 1000, 1),
+            "invol_per_s": round(ls.rates.involuntary_per_s, 1),
+        }
+        for ls in stats.layers
+    }
+
+
+# -- the demo ----------------------------------------------------------------------------------
+ARMS = ("alone", "contended", "contended + hostd")
+
+
+def run_job(
+    ranks: int, warmup: float, seconds: float, step: int, batch: int, on_start=None
+) -> dict:
+    """Run the stand-in job once; ``on_start(launcher_pid)`` runs while it warms up."""
+    r, w = os.pipe()
+    proc = subprocess.Popen(
+        [*HOSTD[:2], "hostd.demo", "launcher", str(ranks), str(warmup), str(seconds),
+         str(step), str(batch), str(w)],
+        pass_fds=(w,), start_new_session=True,
+    )  # fmt: skip
+    os.close(w)
+    try:
+        if on_start is not None:
+            on_start(proc.pid)
+        with os.fdopen(r) as fh:
+            line = fh.readline()
+        proc.wait(timeout=30)
+        return json.loads(line) if line else {"error": "the job printed nothing"}
+    finally:
+        kill_session(proc)
+
+
+class _Arm:
+    """One arm of the demo: contention and the agent around one run of the job."""
+
+    def __init__(self, name: str, workdir: Path, hogs: int, sample_at: float, window: float):
+        self.name, self.workdir = name, workdir
+        self.contention = Contention(hogs) if name != "alone" else None
+        self.agent: AgentProc | None = None
+        self.sample_at, self.window = sample_at, window
+        self.stats: list = []
+
+    def started(self, launcher: int) -> None:
+        """The job is up: start the agent (scoped to it) and the statistics sampler."""
+        if self.name.endswith("hostd"):
+            self.agent = AgentProc(self.workdir / "agent", scope=[launcher])
+            self.agent.wait_started()
+        threading.Thread(target=self._sample, args=(launcher,), daemon=True).start()
+
+    def _sample(self, launcher: int) -> None:
+        from hostd.host import Host
+        from hostd.policy import load_default
+        from hostd.stats import measure
+
+        time.sleep(self.sample_at)
+        with contextlib.suppress(Exception):
+            self.stats.append(measure(Host(), load_default(), self.window, scope=[launcher]))
+
+    def stop(self) -> str:
+        log = self.agent.stop() if self.agent is not None else ""
+        if self.contention is not None:
+            self.contention.stop()
+        return log
+
+
+def demo(seconds: float, ranks: int, say) -> list[dict]:
+    """Run the three arms; ``say(text)`` reports progress. Returns one row per arm."""
+    step, batch = calibrate(20), calibrate(4)
+    warmup = 3.0
+    hogs = 2 * len(os.sched_getaffinity(0))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hostd-demo-") as tmp:
+        for name in ARMS:
+            say(f"{name}: {seconds:g} s ...")
+            arm = _Arm(name, Path(tmp), hogs, warmup + seconds / 4, seconds / 2)
+            try:
+                result = run_job(ranks, warmup, seconds, step, batch, on_start=arm.started)
+            finally:
+                log = arm.stop()
+            if " ERROR " in log:
+                say(log)
+            time.sleep(0.2)
+            rows.append(
+                {
+                    "arm": name,
+                    "steps_per_s": result.get("steps_per_s"),
+                    "error": result.get("error"),
+                    "contention": f"{hogs} x {arm.contention.tool}" if arm.contention else "",
+                    "layers": layer_summary(arm.stats[0]) if arm.stats else {},
+                }
+            )
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    role = argv[0]
+    if role == "launcher":
+        ranks, warmup, seconds, step, batch, out = argv[1:7]
+        _launcher(int(ranks), float(warmup), float(seconds), int(step), int(batch), int(out))
+    elif role == "rank":
+        _rank(int(argv[1]), int(argv[2]), int(argv[3]))
+    else:
+        raise SystemExit(f"hostd.demo: unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
