@@ -266,6 +266,7 @@ def run_arm(arm: str, args: argparse.Namespace, workdir: Path, chunk: int) -> di
             args.python, "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks),
             "--master-port", str(29500 + os.getpid() % 1000), *entry,
             "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--out", str(out),
+            "--device", args.device,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         job = subprocess.Popen(
@@ -379,7 +380,8 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace, meta: d
         f"{meta['torch']}; hostd at `{meta['rev']}`; measured {meta['when']}.",
         "",
         f"Method: `python3 bench/trainer/run.py --reps {args.reps} --seconds {args.seconds:g} "
-        f"--warmup {args.warmup:g}` (see its docstring). The job: `torchrun --nproc-per-node "
+        f"--warmup {args.warmup:g} --device {args.device}` (see its docstring). The job: "
+        "`torchrun --nproc-per-node "
         f"{args.ranks}` of bench/trainer/train.py (2-layer transformer, DDP over gloo, 2 "
         f"DataLoader worker processes per rank), steps counted for {args.seconds:g} s after "
         f"{args.warmup:g} s of warm-up. Contention: `stress-ng --cpu {2 * meta['ncpu']}` (2x the "
@@ -471,6 +473,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the job's device")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of the arms")
     ap.add_argument("--write", type=Path, help="replace the section in this markdown file")
     ap.add_argument("--json", type=Path, help="also write every run as JSON here")

@@ -61,12 +61,24 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     ap.add_argument("--work", type=int, default=2000, help="CPU work per sample in the workers")
     ap.add_argument("--out", default=None, help="also write rank 0's JSON line here")
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda: model and batches on the GPU (LOCAL_RANK modulo the GPUs); gradients are "
+        "still all-reduced over gloo, which takes CUDA tensors, so several ranks may share a GPU",
+    )
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(TinyLM())
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        device = torch.device("cuda", local % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    model = nn.parallel.DistributedDataParallel(TinyLM().to(device))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     loader = DataLoader(
@@ -75,10 +87,12 @@ def main() -> None:
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
     )
+    dist.barrier()  # every rank starts its clock together
     start = time.monotonic()
     counting_from = start + args.warmup
     steps, counted_at = 0, None
     for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x).reshape(-1, VOCAB), y.reshape(-1))
         loss.backward()
@@ -86,7 +100,7 @@ def main() -> None:
         now = time.monotonic()
         # Every rank decides together when to stop (an all-reduce of "done"), so that no rank
         # waits forever in the next step's gradient all-reduce.
-        done = torch.tensor([1.0 if now >= counting_from + args.seconds else 0.0])
+        done = torch.tensor([1.0 if now >= counting_from + args.seconds else 0.0], device=device)
         dist.all_reduce(done, op=dist.ReduceOp.MAX)
         if counted_at is None and now >= counting_from:
             counted_at, steps = now, 0
