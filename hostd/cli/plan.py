@@ -45,7 +45,8 @@ def plan(
         if s.nice is not None:
             sched += f" nice {s.nice}"
         if s.group_nice is not None:
-            sched += f", session nice {s.group_nice}"
+            group = f"session nice {s.group_nice}"
+            sched = group if sched == "-" else f"{sched}, {group}"
         own = format_cpulist(lp.cpus) if lp.kind != "open" else "(pool)"
         table.add_row(
             lp.name, lp.kind, str(lp.threads), own or "-", format_cpulist(lp.mems), sched,
@@ -68,7 +69,8 @@ def plan(
             if t.nice is not None:
                 sched += f" nice {t.nice}"
             if t.group_nice is not None:
-                sched += f", session nice {t.group_nice}"
+                group = f"session nice {t.group_nice}"
+                sched = group if sched == "-" else f"{sched}, {group}"
             tt.add_row(
                 str(t.tid), str(t.pid), t.comm, t.layer,
                 "-" if t.affinity is None else format_cpulist(t.affinity), sched,
