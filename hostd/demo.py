@@ -7,10 +7,11 @@ prints steps/s relative to the job alone and, per arm, which layers of the job w
 the demo ends, on an error and on Ctrl-C (the agent's own SIGTERM path).
 
 The stand-in job is a process tree shaped and named like ``torchrun`` running PyTorch DDP
-(FACTS.md): a launcher renamed ``pt_elastic`` whose ``pt_tcpstore_uv`` thread is a barrier;
+(FACTS.md): a launcher renamed ``pt_elastic`` with a (here idle) ``pt_tcpstore_uv`` thread;
 ranks started each in a session of its own (as torchrun does), whose main thread computes a
 "step" (pure-Python arithmetic) on a "batch" from its ``pt_data_worker`` process and then waits
-for the other ranks through a ``gloo_tcp_loop`` thread. Steps/s is barrier rounds per second.
+for the other ranks through a ``gloo_tcp_loop`` thread; the ranks talk to each other directly,
+as gloo's do, and rank 0 counts the steps.
 The real benchmark, ``bench/trainer/run.py``, runs PyTorch itself and imports the helpers
 below (``Contention``, ``AgentProc``, ``layer_summary``).
 
@@ -66,54 +67,43 @@ def calibrate(ms: float) -> int:
 
 # -- the stand-in job's roles ----------------------------------------------------------------
 def _launcher(ranks: int, warmup: float, seconds: float, step: int, batch: int, out: int) -> None:
+    """Start the ranks, connected as gloo connects them (to each other, not through the
+    launcher), and wait for them. Rank 0 writes the result to ``out``."""
     rename("pt_elastic")
-    socks, procs = [], []
-    for _ in range(ranks):
-        mine, theirs = socket.socketpair()
+    threading.Thread(
+        target=lambda: (rename("pt_tcpstore_uv"), time.sleep(1e9)), daemon=True
+    ).start()
+    pairs = [socket.socketpair() for _ in range(ranks - 1)]
+    procs = []
+    for r in range(ranks):
+        fds = [a.fileno() for a, _ in pairs] if r == 0 else [pairs[r - 1][1].fileno()]
+        extra = [str(warmup), str(seconds), str(out)] if r == 0 else []
         procs.append(
             subprocess.Popen(
-                [*HOSTD[:2], "hostd.demo", "rank", str(theirs.fileno()), str(step), str(batch)],
-                pass_fds=(theirs.fileno(),),
+                [
+                    *HOSTD[:2],
+                    "hostd.demo",
+                    "rank",
+                    str(step),
+                    str(batch),
+                    ",".join(map(str, fds)),
+                    *extra,
+                ],
+                pass_fds=(*fds, out) if r == 0 else tuple(fds),
                 start_new_session=True,  # torchrun starts each rank in a session of its own
             )
         )
-        theirs.close()
-        socks.append(mine)
-    result: dict = {}
-
-    def store() -> None:  # the rendezvous store: here a barrier, one round per step
-        rename("pt_tcpstore_uv")
-        start = time.monotonic()
-        counted_at, rounds, now = None, 0, start
-        while True:
-            for s in socks:
-                if not s.recv(1):
-                    result["error"] = "a rank exited"
-                    return
-            now = time.monotonic()
-            if counted_at is None and now >= start + warmup:
-                counted_at, rounds = now, 0
-            elif counted_at is not None:
-                rounds += 1
-            stop = counted_at is not None and now >= counted_at + seconds
-            for s in socks:
-                s.sendall(b"x" if stop else b"c")
-            if stop:
-                result.update(steps=rounds, seconds=round(now - counted_at, 3))
-                result["steps_per_s"] = rounds / (now - counted_at)
-                return
-
-    t = threading.Thread(target=store)
-    t.start()
-    t.join()
-    os.write(out, (json.dumps(result) + "\n").encode())
+    for a, b in pairs:
+        a.close()
+        b.close()
     for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=10)
+        p.wait()
 
 
-def _rank(fd: int, step: int, batch: int) -> None:
-    sock = socket.socket(fileno=fd)
+def _rank(step: int, batch: int, fds: str, timing: list[str]) -> None:
+    """A rank: a step of CPU work on each batch from its DataLoader worker, then an all-reduce
+    through its comm thread (rank 0 gathers the others and decides when to stop)."""
+    peers = [socket.socket(fileno=int(fd)) for fd in fds.split(",") if fd]
     req_r, req_w = os.pipe()
     got_r, got_w = os.pipe()
     pid = os.fork()
@@ -130,16 +120,41 @@ def _rank(fd: int, step: int, batch: int) -> None:
     os.write(req_w, b"rr")  # two batches in flight, as DataLoader's prefetch
     ask: queue.SimpleQueue = queue.SimpleQueue()
     answer: queue.SimpleQueue = queue.SimpleQueue()
+    result: dict = {}
 
-    def comm() -> None:  # the all-reduce: one round trip to the barrier per step
+    def gather() -> bytes:  # rank 0: every peer's step, then the verdict for all
+        for s in peers:
+            if not s.recv(1):
+                result["error"] = "a rank exited"
+                return b""
+        now = time.monotonic()
+        if result.get("counted_at") is None and now >= result["start"] + warmup:
+            result.update(counted_at=now, steps=0)
+        elif result.get("counted_at") is not None:
+            result["steps"] += 1
+        stop = result.get("counted_at") is not None and now >= result["counted_at"] + seconds
+        result["now"] = now
+        verdict = b"x" if stop else b"c"
+        for s in peers:
+            s.sendall(verdict)
+        return verdict
+
+    def comm() -> None:  # the all-reduce: one exchange with the peers per step
         rename("gloo_tcp_loop")
         try:
             while ask.get():
-                sock.sendall(b"s")
-                answer.put(sock.recv(1))
-        except OSError:  # the launcher is gone: stop the rank
+                if leader:
+                    answer.put(gather())
+                else:
+                    peers[0].sendall(b"s")
+                    answer.put(peers[0].recv(1))
+        except OSError:  # a peer is gone: stop the rank
             answer.put(b"")
 
+    leader = bool(timing)
+    if leader:
+        warmup, seconds, out = float(timing[0]), float(timing[1]), int(timing[2])
+        result["start"] = time.monotonic()
     threading.Thread(target=comm, daemon=True).start()
     while True:
         os.read(got_r, 1)
@@ -150,6 +165,13 @@ def _rank(fd: int, step: int, batch: int) -> None:
             break
     os.close(req_w)
     os.waitpid(pid, 0)
+    if leader:
+        line = {"error": result.get("error", "stopped early")}
+        if "error" not in result and result.get("counted_at") is not None:
+            took = result["now"] - result["counted_at"]
+            line = {"steps": result["steps"], "seconds": round(took, 3)}
+            line["steps_per_s"] = result["steps"] / took
+        os.write(out, (json.dumps(line) + "\n").encode())
 
 
 # -- helpers shared with bench/trainer/run.py --------------------------------------------------
@@ -361,7 +383,7 @@ def main(argv: list[str]) -> None:
         ranks, warmup, seconds, step, batch, out = argv[1:7]
         _launcher(int(ranks), float(warmup), float(seconds), int(step), int(batch), int(out))
     elif role == "rank":
-        _rank(int(argv[1]), int(argv[2]), int(argv[3]))
+        _rank(int(argv[1]), int(argv[2]), argv[3], argv[4:])
     else:
         raise SystemExit(f"hostd.demo: unknown role {role!r}")
 
