@@ -200,32 +200,34 @@ class Contention:
         kill_session(self.proc)
 
 
-def _ppid_sid() -> dict[int, tuple[int, int]]:
-    """{pid: (parent pid, session id)} of every process now."""
-    found = {}
-    for entry in os.listdir("/proc"):
+def _processes() -> dict:
+    """{pid: its parsed /proc/PID/stat} of every process now (read through ``Host``)."""
+    from hostd.host import Host
+    from hostd.host.parsers import parse_stat
+
+    host, found = Host(), {}
+    for entry in host.listdir("proc"):
         if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                with open(f"/proc/{entry}/stat") as fh:
-                    text = fh.read()
-                fields = text[text.rindex(")") + 2 :].split()
-                found[int(entry)] = (int(fields[1]), int(fields[3]))
+            with contextlib.suppress(OSError):
+                text = host.read(f"proc/{entry}/stat")
+                if text:
+                    found[int(entry)] = parse_stat(text)
     return found
 
 
 def session_pids(sid: int) -> list[int]:
     """The processes of session ``sid`` now."""
-    return sorted(pid for pid, (_, s) in _ppid_sid().items() if s == sid)
+    return sorted(pid for pid, st in _processes().items() if st.session == sid)
 
 
 def kill_session(proc: subprocess.Popen) -> None:
     """SIGKILL what ``proc`` started: its session (it was started with start_new_session) and
     every descendant, also those in sessions of their own (the ranks); then reap it."""
-    table = _ppid_sid()
-    doomed = {pid for pid, (_, sid) in table.items() if sid == proc.pid} | {proc.pid}
+    table = _processes()
+    doomed = {pid for pid, st in table.items() if st.session == proc.pid} | {proc.pid}
     grew = True
     while grew:
-        more = {pid for pid, (ppid, _) in table.items() if ppid in doomed} - doomed
+        more = {pid for pid, st in table.items() if st.ppid in doomed} - doomed
         doomed |= more
         grew = bool(more)
     for pid in sorted(doomed):

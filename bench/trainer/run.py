@@ -20,7 +20,7 @@ so that a machine that gets slower or faster over the run shifts every arm alike
 In every arm a "system service" runs: a process in its own session and, where systemd's named
 v1 hierarchy is mounted, in the cgroup ``/system.slice/hostd-bench-probe.service`` (created for
 the run, removed after). It asks for a 2 ms slice of CPU work every 50 ms (4 % of a CPU) and
-reports which fraction of those it got done in time (1.00: it never fell behind).
+reports which fraction of those it got done (1.00: it kept up) and how far it fell behind.
 
 While the job counts steps, ``hostd.stats.measure`` (what ``hostd stats`` prints) samples every
 thread of the host for half the measured time and reports, per layer of the default policy, CPU,
@@ -61,6 +61,7 @@ from hostd.demo import (  # noqa: E402
 from hostd.host import Host  # noqa: E402
 from hostd.policy import load_default  # noqa: E402
 from hostd.stats import measure  # noqa: E402
+from hostd.tasks import descendants  # noqa: E402
 
 ARMS = (
     "alone",
@@ -192,27 +193,10 @@ def _text(path: Path) -> str:
         return ""
 
 
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError):
-                text = Path(f"/proc/{entry}/stat").read_text()
-                children.setdefault(int(text[text.rindex(")") + 2 :].split()[1]), []).append(
-                    int(entry)
-                )
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, ()))
-    return out
-
-
 def renice_loop(launcher: int, contention: Contention, stop: threading.Event) -> None:
     """ananicy-style rules: every thread of the job's processes nice -10, the stressors 19."""
     while not stop.is_set():
-        for pids, nice in ((descendants(launcher), -10), (contention.pids(), 19)):
+        for pids, nice in ((descendants(Host(), [launcher]), -10), (contention.pids(), 19)):
             for pid in pids:
                 with contextlib.suppress(OSError):
                     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -284,7 +268,7 @@ def run_arm(arm: str, args: argparse.Namespace, workdir: Path, chunk: int) -> di
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and job.poll() is None:
                 names = []
-                for pid in descendants(job.pid):
+                for pid in descendants(host, [job.pid]):
                     with contextlib.suppress(OSError):
                         names.append(Path(f"/proc/{pid}/comm").read_text().strip())
                 if names.count("pt_data_worker") >= args.ranks:
@@ -388,8 +372,8 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace, meta: d
         "CPUs) in a session of its own. All arms interleaved in each of "
         f"{args.reps} repetitions (order rotated); `vs alone` is steps/s over the same "
         "repetition's `alone`, median [min-max]. `probe` is the least, over repetitions, of the "
-        "system service's slices done in time (1.00: it never fell behind). Per-layer numbers "
-        "are medians of `hostd stats` over half the measured time (layers of the default "
+        "system service's slices done over those it asked for (1.00: it kept up). Per-layer "
+        "numbers are medians of `hostd stats` over half the measured time (layers of the default "
         "policy: trainer = rank threads, comms = gloo threads, data = DataLoader workers, "
         "rest = everything else, here the stressors): CPU/s, the share of runnable time spent "
         "waiting on a run queue, involuntary context switches/s.",
