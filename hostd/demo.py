@@ -238,11 +238,18 @@ def kill_session(proc: subprocess.Popen) -> None:
 
 
 class AgentProc:
-    """``hostd run`` as a child process with its own state and run folders; ``stop()`` sends
+    """``hostd run`` as a child process with its own state and run folders (also the tests'
+    agent, ``tests/agentproc.py``): its status, a wait for passes, and ``stop()``, which sends
     SIGTERM, on which the agent puts back everything it changed."""
 
     def __init__(
-        self, workdir: Path, *, policy: str | None = None, scope: Sequence[int] = ()
+        self,
+        workdir: Path,
+        *,
+        policy: str | None = None,
+        scope: Sequence[int] = (),
+        extra: Sequence[str] = (),
+        env: dict | None = None,
     ) -> None:
         self.state, self.run = workdir / "state", workdir / "run"
         self.log = workdir / "agent.log"
@@ -253,24 +260,40 @@ class AgentProc:
         for pid in scope:
             argv += ["--scope-pid", str(pid)]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(
+                [*argv, *extra],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**os.environ, **(env or {})},
+            )
 
-    def wait_started(self, timeout: float = 60) -> None:
+    def status(self) -> dict:
+        """The agent's status.json, or {} before it wrote one."""
+        try:
+            return json.loads((self.run / "status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_passes(self, n: int = 1, timeout: float = 60) -> dict:
+        """Wait until the agent has made ``n`` passes; its status then."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            st = self.status()
+            if st.get("passes", 0) >= n:
+                return st
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hostd run exited:\n{self.log.read_text()}")
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads((self.run / "status.json").read_text()).get("passes", 0) >= 1:
-                    return
             time.sleep(0.05)
-        raise RuntimeError(f"hostd run made no pass within {timeout} s:\n{self.log.read_text()}")
+        raise RuntimeError(
+            f"hostd run made no pass {n} within {timeout} s:\n{self.log.read_text()}"
+        )
 
-    def stop(self) -> str:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> str:
+        """Signal the agent, wait for it (SIGKILL after ``timeout`` s) and return its log."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -331,7 +354,7 @@ class _Arm:
         """The job is up: start the agent (scoped to it) and the statistics sampler."""
         if self.name.endswith("hostd"):
             self.agent = AgentProc(self.workdir / "agent", scope=[launcher])
-            self.agent.wait_started()
+            self.agent.wait_passes(1)
         threading.Thread(target=self._sample, args=(launcher,), daemon=True).start()
 
     def _sample(self, launcher: int) -> None:

@@ -240,7 +240,7 @@ def run_arm(arm: str, args: argparse.Namespace, workdir: Path, chunk: int) -> di
     try:
         if arm.endswith("hostd"):
             agent = AgentProc(workdir / "agent")
-            agent.wait_started()
+            agent.wait_passes(1)
         elif arm.endswith("tuned"):
             tuned = Tuned(workdir)
         entry = [str(TRAIN)]
