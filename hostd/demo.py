@@ -66,9 +66,12 @@ def calibrate(ms: float) -> int:
 
 
 # -- the stand-in job's roles ----------------------------------------------------------------
-def _launcher(ranks: int, warmup: float, seconds: float, step: int, batch: int, out: int) -> None:
+def _launcher(
+    ranks: int, warmup: float, seconds: float, step: int, batch: int, out: int, go: int
+) -> None:
     """Start the ranks, connected as gloo connects them (to each other, not through the
-    launcher), and wait for them. Rank 0 writes the result to ``out``."""
+    launcher), and wait for them. Rank 0 starts counting ``warmup`` s after a byte arrives on
+    ``go`` (the arm is ready) and writes the result to ``out``."""
     rename("pt_elastic")
     threading.Thread(
         target=lambda: (rename("pt_tcpstore_uv"), time.sleep(1e9)), daemon=True
@@ -77,7 +80,7 @@ def _launcher(ranks: int, warmup: float, seconds: float, step: int, batch: int, 
     procs = []
     for r in range(ranks):
         fds = [a.fileno() for a, _ in pairs] if r == 0 else [pairs[r - 1][1].fileno()]
-        extra = [str(warmup), str(seconds), str(out)] if r == 0 else []
+        extra = [str(warmup), str(seconds), str(out), str(go)] if r == 0 else []
         procs.append(
             subprocess.Popen(
                 [
@@ -89,7 +92,7 @@ def _launcher(ranks: int, warmup: float, seconds: float, step: int, batch: int, 
                     ",".join(map(str, fds)),
                     *extra,
                 ],
-                pass_fds=(*fds, out) if r == 0 else tuple(fds),
+                pass_fds=(*fds, out, go) if r == 0 else tuple(fds),
                 start_new_session=True,  # torchrun starts each rank in a session of its own
             )
         )
@@ -128,7 +131,8 @@ def _rank(step: int, batch: int, fds: str, timing: list[str]) -> None:
                 result["error"] = "a rank exited"
                 return b""
         now = time.monotonic()
-        if result.get("counted_at") is None and now >= result["start"] + warmup:
+        ready = result.get("go")
+        if result.get("counted_at") is None and ready is not None and now >= ready + warmup:
             result.update(counted_at=now, steps=0)
         elif result.get("counted_at") is not None:
             result["steps"] += 1
@@ -153,8 +157,13 @@ def _rank(step: int, batch: int, fds: str, timing: list[str]) -> None:
 
     leader = bool(timing)
     if leader:
-        warmup, seconds, out = float(timing[0]), float(timing[1]), int(timing[2])
-        result["start"] = time.monotonic()
+        warmup, seconds, out, go = float(timing[0]), float(timing[1]), int(timing[2]), timing[3]
+
+        def ready() -> None:  # the demo says the arm is set up (agent applied): warm up, count
+            os.read(int(go), 1)
+            result["go"] = time.monotonic()
+
+        threading.Thread(target=ready, daemon=True).start()
     threading.Thread(target=comm, daemon=True).start()
     while True:
         os.read(got_r, 1)
@@ -321,22 +330,29 @@ ARMS = ("alone", "contended", "contended + hostd")
 def run_job(
     ranks: int, warmup: float, seconds: float, step: int, batch: int, on_start=None
 ) -> dict:
-    """Run the stand-in job once; ``on_start(launcher_pid)`` runs while it warms up."""
+    """Run the stand-in job once. ``on_start(launcher_pid)`` runs first, while the job runs
+    uncounted (it sets the arm up); the job then warms up for ``warmup`` s and counts steps for
+    ``seconds`` s."""
     r, w = os.pipe()
+    go_r, go_w = os.pipe()
     proc = subprocess.Popen(
         [*HOSTD[:2], "hostd.demo", "launcher", str(ranks), str(warmup), str(seconds),
-         str(step), str(batch), str(w)],
-        pass_fds=(w,), start_new_session=True,
+         str(step), str(batch), str(w), str(go_r)],
+        pass_fds=(w, go_r), start_new_session=True,
     )  # fmt: skip
     os.close(w)
+    os.close(go_r)
     try:
         if on_start is not None:
             on_start(proc.pid)
+        with contextlib.suppress(OSError):  # BrokenPipe: the job already failed; read why
+            os.write(go_w, b"g")
         with os.fdopen(r) as fh:
             line = fh.readline()
         proc.wait(timeout=30)
         return json.loads(line) if line else {"error": "the job printed nothing"}
     finally:
+        os.close(go_w)
         kill_session(proc)
 
 
@@ -349,13 +365,16 @@ class _Arm:
         self.agent: AgentProc | None = None
         self.sample_at, self.window = sample_at, window
         self.stats: list = []
+        self.sampler: threading.Thread | None = None
 
     def started(self, launcher: int) -> None:
-        """The job is up: start the agent (scoped to it) and the statistics sampler."""
+        """The job is up: start the agent (scoped to it) and wait for its first pass; then
+        start the statistics sampler (the job counts from here, after its warm-up)."""
         if self.name.endswith("hostd"):
             self.agent = AgentProc(self.workdir / "agent", scope=[launcher])
             self.agent.wait_passes(1)
-        threading.Thread(target=self._sample, args=(launcher,), daemon=True).start()
+        self.sampler = threading.Thread(target=self._sample, args=(launcher,), daemon=True)
+        self.sampler.start()
 
     def _sample(self, launcher: int) -> None:
         from hostd.host import Host
@@ -363,8 +382,20 @@ class _Arm:
         from hostd.stats import measure
 
         time.sleep(self.sample_at)
-        with contextlib.suppress(Exception):
+        try:
             self.stats.append(measure(Host(), load_default(), self.window, scope=[launcher]))
+        except Exception as exc:  # reported in the row, never a crash of the demo
+            self.stats.append(exc)
+
+    def layers(self) -> tuple[dict, str | None]:
+        """The sampled per-layer summary, or {} and why there is none."""
+        if self.sampler is not None:
+            self.sampler.join(timeout=self.window + 30)
+        if not self.stats:
+            return {}, "no sample was taken"
+        if isinstance(self.stats[0], Exception):
+            return {}, f"sampling failed: {self.stats[0]}"
+        return layer_summary(self.stats[0]), None
 
     def stop(self) -> str:
         log = self.agent.stop() if self.agent is not None else ""
@@ -376,7 +407,7 @@ class _Arm:
 def demo(seconds: float, ranks: int, say) -> list[dict]:
     """Run the three arms; ``say(text)`` reports progress. Returns one row per arm."""
     step, batch = calibrate(20), calibrate(4)
-    warmup = 3.0
+    warmup = 2.0
     hogs = 2 * len(os.sched_getaffinity(0))
     rows = []
     with tempfile.TemporaryDirectory(prefix="hostd-demo-") as tmp:
@@ -385,6 +416,7 @@ def demo(seconds: float, ranks: int, say) -> list[dict]:
             arm = _Arm(name, Path(tmp), hogs, warmup + seconds / 4, seconds / 2)
             try:
                 result = run_job(ranks, warmup, seconds, step, batch, on_start=arm.started)
+                layers, sample_error = arm.layers()
             finally:
                 log = arm.stop()
             if " ERROR " in log:
@@ -396,7 +428,8 @@ def demo(seconds: float, ranks: int, say) -> list[dict]:
                     "steps_per_s": result.get("steps_per_s"),
                     "error": result.get("error"),
                     "contention": f"{hogs} x {arm.contention.tool}" if arm.contention else "",
-                    "layers": layer_summary(arm.stats[0]) if arm.stats else {},
+                    "layers": layers,
+                    "sample_error": sample_error,
                 }
             )
     return rows
@@ -405,8 +438,10 @@ def demo(seconds: float, ranks: int, say) -> list[dict]:
 def main(argv: list[str]) -> None:
     role = argv[0]
     if role == "launcher":
-        ranks, warmup, seconds, step, batch, out = argv[1:7]
-        _launcher(int(ranks), float(warmup), float(seconds), int(step), int(batch), int(out))
+        ranks, warmup, seconds, step, batch, out, go = argv[1:8]
+        _launcher(
+            int(ranks), float(warmup), float(seconds), int(step), int(batch), int(out), int(go)
+        )
     elif role == "rank":
         _rank(int(argv[1]), int(argv[2]), argv[3], argv[4:])
     else:

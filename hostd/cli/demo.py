@@ -14,7 +14,10 @@ from hostd.demo import demo as run_demo
 
 def demo(
     seconds: float = typer.Option(
-        15.0, "--seconds", "-s", help="Measured seconds per arm (each arm adds 3 s of warm-up)."
+        15.0,
+        "--seconds",
+        "-s",
+        help="Measured seconds per arm (each arm adds its set-up and 2 s of warm-up).",
     ),
     ranks: int = typer.Option(2, "--ranks", help="Ranks of the stand-in job."),
     as_json: bool = JsonOpt,
@@ -62,3 +65,5 @@ def demo(
     for row in rows:
         if row["error"]:
             out.print(f"[red]{row['arm']}: {row['error']}[/]")
+        if row["sample_error"]:
+            out.print(f"[yellow]{row['arm']}: no wait columns, {row['sample_error']}[/]")

@@ -61,6 +61,7 @@ def test_demo_runs_three_arms_and_restores():
         f"{2 * len(os.sched_getaffinity(0))} x "
     )
     # The stand-in job is classified as the default policy sees a torchrun job.
+    assert all(row["sample_error"] is None for row in rows), rows
     layers = rows[2]["layers"]
     assert layers["trainer"]["threads"] >= 2 and layers["comms"]["threads"] >= 2
     assert layers["data"]["threads"] >= 2 and layers["trainer"]["cpu"] > 0
