@@ -25,7 +25,6 @@ from hostd.cpuset import home_of
 from hostd.host import Host
 from hostd.host.parsers import (
     Stat,
-    Status,
     parse_cgroup,
     parse_stat,
     parse_status,
@@ -146,12 +145,18 @@ def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
 
 def _read_process(
     host: Host, pid: int, nvml_pids: frozenset[int], read_fds: bool
-) -> Process | None:
-    """The process (parent_comm still empty), or None when it is gone."""
-    text = host.read(f"proc/{pid}/stat")
-    if text is None:
-        return None
-    stat = parse_stat(text)
+) -> tuple[Process, int, int] | None:
+    """The process (parent_comm still empty) and its effective uid and gid, or None when it is
+    gone or unreadable. Credentials are the process's: threads share them (a thread that changed
+    its own with a raw setresuid syscall is the rare exception this does not see)."""
+    try:
+        text = host.read(f"proc/{pid}/stat")
+        status = host.read(f"proc/{pid}/task/{pid}/status")
+        if text is None or status is None:
+            return None
+        stat, creds = parse_stat(text), parse_status(status)
+    except (OSError, ValueError, IndexError):
+        return None  # unreadable or half-written: treated as gone for this pass
     if stat.is_kthread:
         cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
     else:
@@ -163,7 +168,7 @@ def _read_process(
         cmdline = raw.rstrip("\0").replace("\0", " ")
         exe = host.readlink(f"proc/{pid}/exe")
         gpu = _gpu_devices(host, pid) if read_fds else ()
-    return Process(
+    proc = Process(
         pid=pid,
         start_time=stat.start_time,
         comm=stat.comm,
@@ -178,6 +183,16 @@ def _read_process(
         is_kthread=stat.is_kthread,
         session=stat.session,
     )
+    return proc, creds.uid, creds.gid
+
+
+def _parent_comm(host: Host, ppid: int, known: dict[int, Process]) -> str:
+    """The comm of process ``ppid``: from ``known``, else one read ("" when there is none)."""
+    parent = known.get(ppid)
+    if parent is not None:
+        return parent.comm
+    text = host.read_quiet(f"proc/{ppid}/comm") if ppid > 0 else None
+    return text.rstrip("\n") if text else ""
 
 
 def descendants(host: Host, roots: list[int]) -> list[int]:
@@ -205,62 +220,30 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
     """Every live thread below ``host``'s /proc (or of ``pids`` only), sorted by tid.
 
     ``read_fds`` False skips the per-process fd walk (the ``gpu`` signal) when no policy needs it.
+    Processes are read first (so each ``Process`` is complete, parent comm included, before its
+    threads point at it), then each process's threads in one loop: ``Host.thread_stats``.
     """
     nvml, _ = host.nvml()
     nvml_pids = nvml.pids if nvml else frozenset()
     if pids is None:
         pids = [int(e) for e in host.listdir("proc") if e.isdigit()]
-    procs: dict[int, Process] = {}
-    creds: dict[int, Status] = {}
-    raw_tasks: list[tuple[int, Stat, frozenset[int], int]] = []
-    read, affinity = host.read, host.affinity
+    found = [got for pid in pids if (got := _read_process(host, pid, nvml_pids, read_fds))]
+    known = {proc.pid: proc for proc, _, _ in found}
+    tasks: list[Task] = []
+    add = tasks.append
+    # Most threads share a handful of affinities: keep one copy of each (memory, and the
+    # planner's per-affinity memo hits by identity).
     interned: dict[frozenset[int], frozenset[int]] = {}
-    for pid in pids:
-        try:
-            proc = _read_process(host, pid, nvml_pids, read_fds)
-            status_text = read(f"proc/{pid}/task/{pid}/status")
-        except (OSError, ValueError, IndexError):
-            continue  # unreadable or half-written: treated as gone for this pass
-        if proc is None or status_text is None:
-            continue
-        procs[pid] = proc
-        # Credentials are the process's: threads share them (a thread that changed its own
-        # with a raw setresuid syscall is the rare exception this does not see).
-        creds[pid] = parse_status(status_text)
-        for entry in host.listdir(f"proc/{pid}/task"):
-            if not entry.isdigit():
-                continue
-            tid = int(entry)
+    for proc, uid, gid in found:
+        proc = replace(proc, parent_comm=_parent_comm(host, proc.ppid, known))
+        for tid, text, cpus in host.thread_stats(proc.pid):
             try:
-                stat_text = read(f"proc/{pid}/task/{entry}/stat")
-                if stat_text is None:
-                    continue
-                stat = parse_stat(stat_text)
-            except (OSError, ValueError, IndexError):
-                continue
+                stat = parse_stat(text)
+            except (ValueError, IndexError):
+                continue  # half-written: treated as gone for this pass
             if stat.state in ("Z", "X"):
                 continue  # exited, not yet reaped: nothing to change on it
-            cpus = affinity(pid, tid)
-            if cpus is None:
-                continue
-            # Most threads share a handful of affinities: keep one copy of each (memory, and
-            # the planner's per-affinity memo hits by identity).
-            raw_tasks.append((tid, stat, interned.setdefault(cpus, cpus), pid))
-
-    # The parent's comm: from this snapshot, or one extra read for a parent outside it.
-    comms = {pid: p.comm for pid, p in procs.items()}
-    for pid, proc in list(procs.items()):
-        parent = comms.get(proc.ppid)
-        if parent is None and proc.ppid > 0:
-            text = host.read_quiet(f"proc/{proc.ppid}/comm")
-            parent = text.rstrip("\n") if text else ""
-            comms[proc.ppid] = parent
-        procs[pid] = replace(proc, parent_comm=parent or "")
-
-    tasks = [
-        _task(tid, stat, cpus, creds[pid].uid, creds[pid].gid, procs[pid])
-        for tid, stat, cpus, pid in raw_tasks
-    ]
+            add(_task(tid, stat, interned.setdefault(cpus, cpus), uid, gid, proc))
     tasks.sort(key=lambda t: t.tid)
     return tasks
 
@@ -366,22 +349,12 @@ class TaskCache:
                     proc = replace(proc, gpu_devices=devices)
                     self._rebind(proc)
             return proc
-        try:
-            proc = _read_process(self.host, pid, self._nvml_pids, self.read_fds)
-            status = self.host.read(f"proc/{pid}/task/{pid}/status")
-        except (OSError, ValueError, IndexError):
+        got = _read_process(self.host, pid, self._nvml_pids, self.read_fds)
+        if got is None:
             return None
-        if proc is None or status is None:
-            return None
-        parent = self.procs.get(proc.ppid)
-        if parent is not None:
-            parent_comm = parent.comm
-        else:
-            text = self.host.read_quiet(f"proc/{proc.ppid}/comm") if proc.ppid > 0 else None
-            parent_comm = text.rstrip("\n") if text else ""
-        creds = parse_status(status)
-        proc = replace(proc, parent_comm=parent_comm)
-        self._creds[pid] = (creds.uid, creds.gid)
+        proc, uid, gid = got
+        proc = replace(proc, parent_comm=_parent_comm(self.host, proc.ppid, self.procs))
+        self._creds[pid] = (uid, gid)
         self._fds_checked[pid] = time.monotonic()
         self._rebind(proc)
         return proc

@@ -14,6 +14,7 @@ import pytest
 from hostd.classify import Classifier
 from hostd.cpuset import parse_cpulist
 from hostd.host import Host
+from hostd.host.parsers import parse_stat
 from hostd.plan import plan
 from hostd.policy import load_default
 from hostd.tasks import scan
@@ -77,6 +78,30 @@ def test_scan_sees_this_process_and_its_named_threads():
     with open(f"/proc/{os.getppid()}/comm") as fh:
         assert me.process.parent_comm == fh.read().strip()
     assert tasks[tid1].start_time >= me.start_time
+
+
+def test_thread_stats_agrees_with_reading_each_file():
+    """The scan's hot path (one task folder fd, openat per thread) sees what the generic
+    per-file reads see, and a gone process yields nothing."""
+    tid, stop = _named_thread("hostd_probe")
+    host, pid = Host(), os.getpid()
+
+    def facts(text, cpus):  # what does not change between two reads of a live thread
+        stat = parse_stat(text)
+        return stat.comm, stat.start_time, cpus
+
+    try:
+        fast = {t: facts(text, cpus) for t, text, cpus in host.thread_stats(pid)}
+        slow = {
+            int(e): facts(host.read(f"proc/{pid}/task/{e}/stat"), host.affinity(pid, int(e)))
+            for e in host.listdir(f"proc/{pid}/task")
+        }
+    finally:
+        stop.set()
+    assert fast == slow and fast[tid][0] == "hostd_probe"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert list(host.thread_stats(int(gone.stdout))) == []
 
 
 def test_kernel_threads_are_flagged():
