@@ -9,6 +9,7 @@ comma-separated 32-bit hex words, most significant first).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 CpuSet = frozenset  # frozenset[int]; an alias so signatures say what they mean
@@ -19,6 +20,7 @@ CPUSET_ROOT = "/hostd"  # v1: hostd's layers' cpusets are CPUSET_ROOT/<layer>
 V2_PREFIX = "hostd."  # v2: threaded children G/hostd.<layer> of the job's own cgroup G
 
 
+@functools.lru_cache(maxsize=1024)  # once per thread in a plan, over a few distinct paths
 def home_of(path: str) -> str:
     """Where a thread in one of hostd's cpusets belongs: "/" for v1's ``/hostd/<layer>``, G for
     v2's ``G/hostd.<layer>``. Any other path is its own home."""
