@@ -206,7 +206,7 @@ class Host:
         path (100k times a pass at 100k threads).
 
         Live: opens ``proc/PID/task`` once and reads each ``TID/stat`` relative to it, then one
-        sched_getaffinity(2); about 2.5 us a thread less than ``read`` + ``affinity``
+        sched_getaffinity(2); about 3.5 us a thread less than ``read`` + ``affinity``
         (BENCHMARKS.md). A thread that is gone, or whose files are refused, is left out.
         Fixture trees: through ``read`` and ``affinity``.
         """
