@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from hostd import __version__
 from hostd.knobs import Value, is_task_key
 
 JOURNAL_NAME = "journal.jsonl"
+_CHUNK = 4096  # lines encoded and written at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +112,29 @@ class Journal:
         return list(self.records)
 
     # -- writing -----------------------------------------------------------------------------
-    def _append(self, lines: list[str], sync: bool = True) -> None:
+    @staticmethod
+    def _line(rec: Record) -> str:
+        return json.dumps(
+            {
+                "key": rec.key,
+                "orig": rec.orig,
+                "boot": rec.boot,
+                "version": rec.version,
+                "policy": rec.policy,
+                "time": round(rec.time, 3),
+            },
+            separators=(",", ":"),
+        )
+
+    def _append(self, lines: Iterable[str], sync: bool = True) -> None:
         """Append lines; ``sync``: durable (fdatasync) before returning. The file stays open
-        between appends: the agent appends on every event pass."""
-        if not lines:
+        between appends: the agent appends on every event pass. Lines are encoded and written
+        a chunk at a time: a first pass at 100k threads appends 100k lines (18 MB), and
+        holding them all at once, as text and again as bytes, is what set the agent's peak
+        memory."""
+        it = iter(lines)
+        chunk = list(islice(it, _CHUNK))
+        if not chunk:
             return
         if self._fd is None or not self.path.exists():
             self.close()
@@ -123,10 +145,11 @@ class Journal:
             )
             if created:
                 _fsync_dir(self.dir)
-        data = "".join(line + "\n" for line in lines).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
+        while chunk:
+            view = memoryview(("\n".join(chunk) + "\n").encode())
+            while view:
+                view = view[os.write(self._fd, view) :]
+            chunk = list(islice(it, _CHUNK))
         if sync:
             os.fdatasync(self._fd)
 
@@ -138,26 +161,15 @@ class Journal:
     def record(self, originals: list[tuple[str, Value]]) -> None:
         """Durably record originals of keys not yet recorded. Call before writing the knobs."""
         now = time.time()
-        lines = []
-        for key, orig in originals:
-            if key in self.records:
-                continue
-            rec = Record(key, orig, self.boot_id, __version__, self.policy_sha, now)
-            self.records[key] = rec
-            lines.append(
-                json.dumps(
-                    {
-                        "key": key,
-                        "orig": orig,
-                        "boot": rec.boot,
-                        "version": rec.version,
-                        "policy": rec.policy,
-                        "time": round(now, 3),
-                    },
-                    separators=(",", ":"),
-                )
-            )
-        self._append(lines)
+
+        def new_lines() -> Iterator[str]:
+            for key, orig in originals:
+                if key not in self.records:
+                    rec = Record(key, orig, self.boot_id, __version__, self.policy_sha, now)
+                    self.records[key] = rec
+                    yield self._line(rec)
+
+        self._append(new_lines())
 
     def done(self, keys: list[str]) -> None:
         """Close records (restored, or their thread is gone). Not synced: a lost done line
@@ -167,7 +179,7 @@ class Journal:
             del self.records[key]
         self._done_lines += len(keys)
         self._append(
-            [json.dumps({"key": k, "done": True}, separators=(",", ":")) for k in keys], sync=False
+            (json.dumps({"key": k, "done": True}, separators=(",", ":")) for k in keys), sync=False
         )
         if self._done_lines > 1000 and self._done_lines > len(self.records):
             self.compact()
@@ -184,21 +196,7 @@ class Journal:
             return
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
-            for rec in self.records.values():
-                fh.write(
-                    json.dumps(
-                        {
-                            "key": rec.key,
-                            "orig": rec.orig,
-                            "boot": rec.boot,
-                            "version": rec.version,
-                            "policy": rec.policy,
-                            "time": round(rec.time, 3),
-                        },
-                        separators=(",", ":"),
-                    )
-                    + "\n"
-                )
+            fh.writelines(self._line(rec) + "\n" for rec in self.records.values())
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)

@@ -195,7 +195,6 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self._last_status = 0.0
         self._status_counters: Counter[str] = Counter()
-        self._last_report = PassReport()
         if self.journal.dropped_old_boot:
             log.info(
                 "journal dropped=%d reason=task-records-from-an-earlier-boot",
@@ -289,7 +288,6 @@ class Agent:
             unchangeable=self.unchangeable,
             **kwargs,
         )
-        self._last_report = report
         self._note_applied(report)
         return report
 
@@ -669,7 +667,7 @@ class Agent:
                     log.exception("event loop step failed; a full pass follows")
                     time.sleep(0.5)
                     self._full("recovery")
-            return self._last_report
+            return PassReport()  # what the loop did is in the log and status.json
         finally:
             self._close_sources()
             self._cstate(False)
@@ -737,7 +735,7 @@ class Agent:
             self._full(why)
         elif now >= status_due:
             if self.counters != self._status_counters:
-                self._write_status(self._last_report, None, state="running")
+                self._write_status(PassReport(), None, state="running")
             self._last_status = now  # nothing new: check again in a second
 
     def _finish(self) -> None:

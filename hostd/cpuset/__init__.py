@@ -41,6 +41,9 @@ class CpuListError(ValueError):
     """A cpulist or mask string that does not parse."""
 
 
+# Memoized: the agent parses and formats the same few sets once per thread (100k times at 100k
+# threads), and one shared copy of each keeps that memory flat (BENCHMARKS.md, steady RSS).
+@functools.lru_cache(maxsize=1024)
 def parse_cpulist(text: str) -> frozenset[int]:
     """Parse "0-3,8,10-11" (also "0-31:2/8" stride groups, see cpuset(7)) into a set of ints."""
     text = text.strip()
@@ -80,7 +83,12 @@ def parse_cpulist(text: str) -> frozenset[int]:
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """The canonical kernel form: sorted, ranges collapsed ("0-3,8")."""
-    ordered = sorted(set(cpus))
+    return _format_cpulist(cpus if isinstance(cpus, frozenset) else frozenset(cpus))
+
+
+@functools.lru_cache(maxsize=1024)
+def _format_cpulist(cpus: frozenset[int]) -> str:
+    ordered = sorted(cpus)
     if not ordered:
         return ""
     parts: list[str] = []

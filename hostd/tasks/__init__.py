@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from sys import intern
 
 from hostd.cpuset import home_of
 from hostd.host import Host
@@ -121,14 +122,15 @@ def _task(
     to change on it). Built straight from the split line (field (n) is ``rest[n - 3]``, as in
     ``parse_stat``), without a ``Stat`` in between: this runs once per thread per pass, and the
     ``Stat`` and keyword arguments cost 4.5 us of the 11 (BENCHMARKS.md).
+    Thread names repeat (every worker of a pool shares one): one copy of each is kept.
     Raises ValueError or IndexError on a half-written line."""
     comm, rest = split_stat(text)
     state = rest[0]
     if state == "Z" or state == "X":
         return None
     return Task(
-        tid, int(rest[19]), comm, state, uid, gid, int(rest[16]), int(rest[38]), int(rest[37]),
-        cpus, int(rest[11]), int(rest[12]), int(rest[36]), proc,
+        tid, int(rest[19]), intern(comm), state, uid, gid, int(rest[16]), int(rest[38]),
+        int(rest[37]), cpus, int(rest[11]), int(rest[12]), int(rest[36]), proc,
     )  # fmt: skip
 
 
