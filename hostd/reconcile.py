@@ -136,21 +136,31 @@ def desired_for_tasks(
     return want
 
 
-def observed_state(tasks: Iterable[Task]) -> dict[str, object]:
-    """Task knob values already known from the snapshot (saves a syscall per thread)."""
-    seen: dict[str, object] = {}
-    names = POLICY_NAMES  # the policies hostd sets; deadline and ext threads are read if wanted
-    for t in tasks:
-        seen[knobs.task_key(t.tid, t.start_time, "affinity")] = format_cpulist(t.affinity)
-        seen[knobs.task_key(t.tid, t.start_time, "nice")] = t.nice
-        if t.policy in names:
-            # /proc/PID/stat does not show reset-on-fork: None means "unknown, read it".
-            seen[knobs.task_key(t.tid, t.start_time, "sched")] = [
-                names[t.policy],
-                t.rt_priority,
-                None,
-            ]
-    return seen
+class Observed:
+    """Task knob values already known from the snapshot (saves a syscall per thread), looked
+    up by knob key. Built per lookup rather than as a dict of every thread's keys: at 100k
+    threads that dict was 300k key strings and values, the agent's peak memory."""
+
+    def __init__(self, tasks: Iterable[Task]) -> None:
+        self.tasks = {t.tid: t for t in tasks}
+
+    def get(self, key: str, default: object = None) -> object:
+        if not knobs.is_task_key(key):
+            return default
+        ident, _, kind = key[5:].partition("/")
+        tid, _, start = ident.partition("@")
+        t = self.tasks.get(int(tid))
+        if t is None or str(t.start_time) != start:
+            return default
+        if kind == "affinity":
+            return format_cpulist(t.affinity)
+        if kind == "nice":
+            return t.nice
+        if kind == "sched" and t.policy in POLICY_NAMES:
+            # /proc/PID/stat does not show reset-on-fork: None means "unknown, read it". The
+            # policies hostd sets only; deadline and ext threads are read if wanted.
+            return [POLICY_NAMES[t.policy], t.rt_priority, None]
+        return default
 
 
 def same(current: object, wanted: object) -> bool:
@@ -173,7 +183,7 @@ def reconcile(
     host: Host,
     journal: Journal | None,
     want: dict[str, object],
-    observed: dict[str, object],
+    observed: Observed,
     *,
     live_keys: set[tuple[int, int]] | None = None,
     unchangeable: set[str],

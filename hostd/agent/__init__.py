@@ -74,10 +74,10 @@ from hostd.plan import (
 )
 from hostd.policy import Policy, PolicyError, insecure_reason, load_default, load_policy
 from hostd.reconcile import (
+    Observed,
     PassReport,
     desired_for_tasks,
     desired_state,
-    observed_state,
     reconcile,
     restore,
     task_records,
@@ -241,6 +241,9 @@ class Agent:
             self.last_full = time.monotonic()
             return report
         self.topology = topo = read_topology(self.host)
+        # The last pass's per-thread state goes before this one's is built, not after: at 100k
+        # threads holding both was the agent's peak memory.
+        self.plan, self.planner, self.classified = None, None, {}
         tasks = self.cache.rescan()
         classified = self.classifier.classify_all(tasks)
         self.classified = {c.task.tid: c for c in classified}
@@ -263,7 +266,7 @@ class Agent:
         )
         report = self._reconcile(
             desired_state(the_plan, tasks),
-            observed_state(tasks),
+            Observed(tasks),
             live_keys={t.key for t in tasks},
         )
         elapsed = time.monotonic() - started
@@ -274,7 +277,7 @@ class Agent:
         self._write_status(report, elapsed, state="running")
         return report
 
-    def _reconcile(self, want: dict, observed: dict, **kwargs: object) -> PassReport:
+    def _reconcile(self, want: dict, observed: Observed, **kwargs: object) -> PassReport:
         off = self.caps.disabled_kinds() | (
             hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
         )
@@ -398,7 +401,7 @@ class Agent:
         with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
             report = self._reconcile(
                 want,
-                observed_state(item.task for item in items),
+                Observed(item.task for item in items),
                 only=[item.task.key for item in items],
             )
         self.counters["events"] += len(events)

@@ -293,11 +293,9 @@ class TaskCache:
             self._roots = set(roots)
         nvml, _ = self.host.nvml()
         self._nvml_pids = nvml.pids if nvml else frozenset()
+        self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after
         tasks = scan(self.host, read_fds=self.read_fds, pids=pids)
         self.tasks = {t.tid: t for t in tasks}
-        self.procs = {}
-        self.members = {}
-        self._creds = {}
         for t in tasks:
             self.procs[t.pid] = t.process
             self.members.setdefault(t.pid, set()).add(t.tid)

@@ -11,7 +11,7 @@ import pytest
 from hostd.host import Host
 from hostd.journal import Journal
 from hostd.policy import parse_policy
-from hostd.reconcile import desired_state, observed_state, reconcile, restore
+from hostd.reconcile import Observed, desired_state, reconcile, restore
 from hostd.snapshot import take
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
@@ -63,7 +63,7 @@ def _host_knobs(tree: Path):
         for k, v in desired_state(plan, snap.tasks).items()
         if not k.startswith(("task/", "cgroup/"))  # cgroupfs is not in the fixture tree
     }
-    return host, plan, want, observed_state(snap.tasks)
+    return host, plan, want, Observed(snap.tasks)
 
 
 def test_governor_floor_epp_and_irqs_apply_and_restore(tree, tmp_path):
