@@ -224,7 +224,10 @@ class Host:
         except OSError:
             return  # the process is gone
         try:
-            entries = os.listdir(task_dir)
+            try:
+                entries = os.listdir(task_dir)
+            except OSError:
+                return  # it exited between the open and the listing
             for entry in entries:
                 try:
                     fd = os.open(entry + "/stat", _O_READ, dir_fd=task_dir)
