@@ -147,11 +147,11 @@ class Observed:
     def get(self, key: str, default: object = None) -> object:
         if not knobs.is_task_key(key):
             return default
-        ident, _, kind = key[5:].partition("/")
-        tid, _, start = ident.partition("@")
-        t = self.tasks.get(int(tid))
-        if t is None or str(t.start_time) != start:
+        tid, start = knobs.parse_task_key(key)
+        t = self.tasks.get(tid)
+        if t is None or t.start_time != start:
             return default
+        kind = knobs.kind_of(key)
         if kind == "affinity":
             return format_cpulist(t.affinity)
         if kind == "nice":

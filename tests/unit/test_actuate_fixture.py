@@ -122,3 +122,25 @@ def _cpus(text: str) -> set[int]:
     from hostd.cpuset import parse_cpulist
 
     return set(parse_cpulist(text))
+
+
+def test_observed_answers_from_the_snapshot_only_for_the_same_thread():
+    from hostd.knobs import task_key
+    from tests import synth
+
+    proc = synth.process(40)
+    t = synth.thread(proc, tid=41, nice=-3, policy=1, affinity=frozenset({0, 1, 2, 5}))
+    seen = Observed([t])
+    assert seen.get(task_key(41, t.start_time, "affinity")) == "0-2,5"
+    assert seen.get(task_key(41, t.start_time, "nice")) == -3
+    assert seen.get(task_key(41, t.start_time, "sched")) == ["fifo", 0, None]
+    # What the snapshot cannot say: another thread that reused the tid, an unknown thread, a
+    # knob /proc/PID/stat does not show, a host knob.
+    missing = object()
+    for key in (
+        task_key(41, t.start_time + 1, "nice"),
+        task_key(42, t.start_time, "nice"),
+        task_key(41, t.start_time, "cpuset"),
+        "irq/9/smp_affinity_list",
+    ):
+        assert seen.get(key, missing) is missing, key

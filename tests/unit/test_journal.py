@@ -62,3 +62,15 @@ def test_a_closed_key_can_be_recorded_anew(tmp_path):
     j.done(["task/1@2/nice"])
     j.record([("task/1@2/nice", 3)])
     assert Journal(tmp_path, "b").original("task/1@2/nice") == 3
+
+
+def test_more_lines_than_one_written_chunk_all_survive_a_reload(tmp_path):
+    # Lines are written a chunk at a time (4096): every chunk must reach the file, in order.
+    j = Journal(tmp_path, "boot-a")
+    originals = [(f"task/{tid}@7/affinity", "0-1") for tid in range(10_000)]
+    j.record(originals)
+    j.done([key for key, _ in originals[:5000]])
+    j.close()
+    again = Journal(tmp_path, "boot-a")
+    assert again.recorded() == [key for key, _ in originals[5000:]]
+    assert all(again.original(key) == "0-1" for key in again.recorded())
