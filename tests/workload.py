@@ -81,8 +81,10 @@ _CHILD = textwrap.dedent(
         def new_worker():
             pid = os.fork()
             if pid == 0:
-                rename("pt_data_worker")
+                # Its thread first, then the name the rank waits for: once renamed, the worker
+                # is whole (a thread born later would be missing from a test's "before").
                 spawn_threads(["pt_data_worker"])
+                rename("pt_data_worker")
                 while True:
                     time.sleep(3600)
             worker_pids.append(pid)
