@@ -1,13 +1,14 @@
 """A realistic, idle stand-in for a torchrun training job, for tests on the live kernel.
 
 ``TrainingJob()`` starts the process tree a PyTorch job has (names from FACTS.md): a launcher
-renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children that keep the name
-``python3`` with threads ``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and
-OpenMP-like ``python3`` threads; and ``pt_data_worker`` processes under each rank. Everything
-sleeps; leaving the context kills the whole tree and reaps it. SIGUSR1 to a rank renames its
-``gloo_tcp_loop`` thread to ``python3``, SIGUSR2 renames it back; ``job.new_thread(rank)``
-makes it start a ``pt_nccl_heartbt`` thread and ``job.new_worker(rank)`` fork one more
-``pt_data_worker`` (things a job does after start, for the event-driven tests).
+renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children, each leading a
+session of its own as torchrun starts them, that keep the name ``python3`` with threads
+``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and OpenMP-like ``python3`` threads;
+and ``pt_data_worker`` processes under each rank. Everything sleeps; leaving the context kills
+the whole tree and reaps it. SIGUSR1 to a rank renames its ``gloo_tcp_loop`` thread to
+``python3``, SIGUSR2 renames it back; ``job.new_thread(rank)`` makes it start a
+``pt_nccl_heartbt`` thread and ``job.new_worker(rank)`` fork one more ``pt_data_worker`` (things
+a job does after start, for the event-driven tests).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ _CHILD = textwrap.dedent(
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:
+                os.setsid()  # torchrun starts each rank in a session of its own
                 os.close(r)
                 os.set_inheritable(w, True)
                 os.execv(sys.executable, [sys.executable, "-c", CODE, "rank", "0",
@@ -162,10 +164,12 @@ class TrainingJob:
     def __exit__(self, *exc: object) -> None:
         if self._proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
+        # The launcher's process group, then each rank's (a session and group of its own, with
+        # its workers, also those forked later).
+        for group in (self._proc.pid, *self.ranks):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         self._proc.wait()
-        # Ranks and workers are in the same session and process group: wait until they are gone.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in self.pids):
             time.sleep(0.01)

@@ -58,6 +58,9 @@ def test_commands_run_on_every_fixture_host(name):
     assert "policy training" in hostd("plan", "--root", root).stdout
 
 
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+
+
 def test_classify_explain_and_plan_a_live_training_job():
     with TrainingJob(ranks=2, workers=1) as job:
         rank = str(job.ranks[0])
@@ -82,8 +85,9 @@ def test_classify_explain_and_plan_a_live_training_job():
             decided = {t["tid"]: t for t in plan["tasks"]}
             gloo = next(t["tid"] for t in data["threads"] if t["comm"] == "gloo_tcp_loop")
             assert decided[gloo]["policy"] == "fifo" and decided[gloo]["layer"] == "comms"
-            # The ranks do not lead sessions here (the stand-in's launcher does): no session
-            # weight for them, and on a small host no CPUs of the trainer's own either.
+            # Each rank leads its session (as under torchrun): its leader gets the session
+            # weight; on a small host the trainer gets no CPUs of its own.
+            assert decided[job.ranks[0]]["group_nice"] == (-5 if AUTOGROUPS else None)
         members = hostd("classify", "--members", "--layer", "helpers").stdout
         assert "pt_elastic" in members
 
