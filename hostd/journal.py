@@ -6,10 +6,10 @@ overwritten, so however many times hostd changes it, restore puts back what was 
 hostd. Each record carries the boot id, hostd's version and the policy hash. Task keys include
 the thread's start time, so a reused tid is never "restored".
 
-On load, task records from an earlier boot are dropped (those threads are gone); host knobs
-(IRQs, governors, cgroups) are kept and restored. A torn last line (a crash mid-append) is
-ignored. ``compact()`` rewrites the file (temp file, fsync, rename, fsync of the folder) without
-records that are done; ``restore`` in ``hostd.reconcile`` replays it in reverse.
+On load, task and session records from an earlier boot are dropped (those threads are gone);
+host knobs (IRQs, governors, cgroups) are kept and restored. A torn last line (a crash
+mid-append) is ignored. ``compact()`` rewrites the file (temp file, fsync, rename, fsync of the
+folder) without records that are done; ``restore`` in ``hostd.reconcile`` replays it in reverse.
 
 Record lines: ``{"key": K, "orig": V, "boot": B, "version": X, "policy": H, "time": T}``;
 a line ``{"key": K, "done": true}`` closes a record (restored, or its thread is gone).
@@ -26,7 +26,7 @@ from itertools import islice
 from pathlib import Path
 
 from hostd import __version__
-from hostd.knobs import Value, is_task_key
+from hostd.knobs import Value, is_boot_bound
 
 JOURNAL_NAME = "journal.jsonl"
 _CHUNK = 4096  # lines encoded and written at a time
@@ -94,7 +94,7 @@ class Journal:
                 str(entry.get("policy", "")),
                 float(entry.get("time", 0)),
             )
-            if is_task_key(key) and record.boot != self.boot_id:
+            if is_boot_bound(key) and record.boot != self.boot_id:
                 self.dropped_old_boot += 1
                 continue
             self.records[key] = record

@@ -4,10 +4,12 @@ A key says what and where: ``task/4242@81234/affinity`` (thread 4242 that starte
 81234), ``irq/42/smp_affinity_list``, ``cpu/3/scaling_governor``,
 ``cgroup/cpuset/hostd/trainer`` (a cpuset cgroup hostd created), ``cgroup/subtree/a`` (cpuset
 enabled for the children of v2 cgroup /a), ``task/4242@81234/cpuset`` (which cpuset cgroup the
-thread is in). Values are plain JSON values, so the journal can store
-originals as they were read. A knob kind registers a ``Knob`` with ``read(host, key)`` and
-``write(host, key, value)``; both raise the domain errors of ``hostd.host.errors`` (a thread
-whose start time no longer matches is ``Gone``: a reused tid is never touched).
+thread is in), ``session/4242@81234/preempted`` (session 4242, demoted at tick 81234: what its
+threads born since then inherited is put back, ``hostd.sched``). Values are plain JSON values,
+so the journal can store originals as they were read. A knob kind registers a ``Knob`` with
+``read(host, key)`` and ``write(host, key, value)``; both raise the domain errors of
+``hostd.host.errors`` (a thread whose start time no longer matches is ``Gone``: a reused tid is
+never touched).
 
 The actuator modules (``hostd.cpuset.affinity``, ``hostd.cpuset.cgroup``, ``hostd.sched``,
 ``hostd.irq``, ``hostd.cpufreq``) register their kinds here; ``hostd.reconcile`` looks them up.
@@ -42,7 +44,7 @@ def register(knob: Knob) -> Knob:
 
 def kind_of(key: str) -> str:
     parts = key.split("/")
-    if parts[0] == "task":
+    if parts[0] in ("task", "session"):
         return parts[-1]
     if parts[0] == "cpu":
         return parts[-1]
@@ -62,6 +64,15 @@ def knob_for(key: str) -> Knob:
 
 def is_task_key(key: str) -> bool:
     return key.startswith("task/")
+
+
+def is_boot_bound(key: str) -> bool:
+    """Keys of threads and sessions: meaningless after a reboot."""
+    return key.startswith(("task/", "session/"))
+
+
+def session_key(sid: int, since: int) -> str:
+    return f"session/{sid}@{since}/preempted"
 
 
 def task_key(tid: int, start_time: int, kind: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import errno
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import hostd.cpufreq
@@ -50,6 +50,9 @@ _ORDER = {
     "energy_performance_preference": 8,
     "numa": 9,  # last: threads are already on the node's CPUs when their memory follows
 }
+# Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
+# demoted session's record stays while the session is demoted, whatever a pass wants.
+AGENT_KINDS = frozenset({"preempted"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +191,7 @@ def reconcile(
     live_keys: set[tuple[int, int]] | None = None,
     unchangeable: set[str],
     only: Iterable[tuple[int, int]] | None = None,
+    inherited: Callable[[str, object], object] | None = None,
 ) -> PassReport:
     """Make the host match ``want``. ``journal`` None means observe mode: decide, never write.
 
@@ -195,6 +199,9 @@ def reconcile(
     of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
     ``only``: the threads an event pass looked at; knobs of other threads and host knobs are
     left as they are (their absence from ``want`` means "not looked at", not "not wanted").
+    ``inherited(key, current)``: the original to record for a knob whose current value a thread
+    inherited from one hostd changed (a thread born SCHED_IDLE in a demoted session); by
+    default the current value.
     """
     report = PassReport()
     changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
@@ -224,7 +231,7 @@ def reconcile(
         gone = []
         candidates = journal.recorded() if only is None else task_records(journal, only)
         for key in candidates:
-            if key in want:
+            if key in want or knobs.kind_of(key) in AGENT_KINDS:
                 continue
             if (
                 live_keys is not None
@@ -252,7 +259,7 @@ def reconcile(
         try:
             if isinstance(current, list) and None in current:
                 current = knobs.read(host, key)
-            originals.append((key, current))
+            originals.append((key, inherited(key, current) if inherited else current))
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
     journal.record(originals)
@@ -286,14 +293,16 @@ def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str
 
 
 def _restore_order(keys: list[str]) -> list[str]:
-    """Reverse journal order, except that threads rejoin their cgroup before their affinity
-    is restored (joining a cpuset resets affinity), cgroups go last (once empty) and the v2
-    controller is disabled after them."""
+    """Reverse journal order, except that a demoted session's inherited values go first,
+    threads rejoin their cgroup before their affinity is restored (joining a cpuset resets
+    affinity), cgroups go last (once empty) and the v2 controller is disabled after them."""
     rev = list(reversed(keys))
 
     def phase(key: str) -> int:
         kind = knobs.kind_of(key)
-        return {"cpuset": 0, "cgroup": 2, "subtree": 3}.get(kind, 1)
+        # A demoted session's inheritors first: the threads' own records then put back their
+        # own originals over the session's.
+        return {"preempted": -1, "cpuset": 0, "cgroup": 2, "subtree": 3}.get(kind, 1)
 
     return sorted(rev, key=phase)
 

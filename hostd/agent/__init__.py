@@ -18,6 +18,10 @@ whole plan. ``Agent.run()`` then waits on its event sources in one ``select`` lo
   ``[agent] interval`` seconds instead. When events change a layer's thread count enough to
   change its CPU share, a full re-plan follows, at most one per 20 times its cost (a layer that
   shrank waits 30 s: a short-lived matching process must not make the host flap).
+* **the watch** (``hostd.agent.watch``): every ``[preempt] interval`` while a protected layer
+  has threads, what threads wanted from the scheduler: busy sessions of preemptible layers
+  are demoted (``hostd.preempt``), starving threads boosted, runaway real-time threads
+  returned to normal scheduling.
 
 SIGTERM/SIGINT restore everything hostd changed (unless the policy says ``restore_on_exit =
 false``). SIGHUP reloads the policy (a bad new policy keeps the old one, and says why); SIGUSR1
@@ -53,6 +57,7 @@ from pathlib import Path
 
 import hostd.sidecar
 from hostd import __version__, knobs
+from hostd.agent.watch import WatchLoop
 from hostd.classify import Classified, Classifier
 from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.cpuset import home_of, parse_cpulist
@@ -193,6 +198,7 @@ class Agent:
         # the thread's affinity key, its affinity value).
         self.pending_cpusets: dict[str, tuple[object, str, object]] = {}
         self.counters: Counter[str] = Counter()
+        self.watcher = WatchLoop(self)
         self._last_status = 0.0
         self._status_counters: Counter[str] = Counter()
         if self.journal.dropped_old_boot:
@@ -236,6 +242,7 @@ class Agent:
         self.pending_cpusets.clear()  # a full pass places every thread in its cpuset, or none
         if self.disabled:
             self.planner = None  # events change nothing while switched off
+            self.watcher.reset()
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
             self._write_status(report, time.monotonic() - started, state="disabled")
             self.last_full = time.monotonic()
@@ -260,9 +267,16 @@ class Agent:
             base_affinity=base,
             exclude_pids=self.exclude,
             allow_rt=self.caps.rt,
+            demoted_sessions=frozenset(self.watcher.watch.demoted),
+            runaways=frozenset(self.watcher.watch.runaways),
         )
         self.planner = TaskPlanner.for_plan(
-            the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude
+            the_plan,
+            topo,
+            self.policy,
+            allow_rt=self.caps.rt,
+            exclude_pids=self.exclude,
+            runaways=self.watcher.watch.runaways,
         )
         report = self._reconcile(
             desired_state(the_plan, tasks),
@@ -289,6 +303,7 @@ class Agent:
             want,
             observed,
             unchangeable=self.unchangeable,
+            inherited=self.watcher.inherited,
             **kwargs,
         )
         self._note_applied(report)
@@ -429,6 +444,8 @@ class Agent:
             task = task or item.task
         if task is not None and self.planner is not None:
             self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
+        if task is not None:
+            self.watcher.forget([task.key])
         return task
 
     def _join_cpusets(self, budget: int) -> None:
@@ -519,6 +536,7 @@ class Agent:
             "events": dict(self.counters),
             "journal": {"path": str(self.journal.path), "records": len(self.journal)},
             "unchangeable": sorted(self.unchangeable),
+            "preempt": self.watcher.status(),
             "capabilities": {
                 "rt": self.caps.rt,
                 "cpuset": self.caps.cpuset,
@@ -533,6 +551,7 @@ class Agent:
                 "counts": report.counts,
             }
         self.last = status
+        self.watcher.changed = False
         self._last_status = time.monotonic()
         self._status_counters = self.counters.copy()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -571,6 +590,7 @@ class Agent:
             return
         self.policy = new
         self.classifier = Classifier(new)
+        self.watcher.configure(new)
         self.cache.read_fds = new.needs_fds
         self.journal.policy_sha = new.sha256
         log.info("reload policy=%s sha256=%s", new.name, new.sha256[:12])
@@ -691,7 +711,8 @@ class Agent:
         if self.devices is not None:
             fds.append(self.devices.fileno())
         status_due = self._last_status + 1.0
-        timeout = max(0.0, min(due, status_due) - time.monotonic())
+        watch_due = self.watcher.next_due()
+        timeout = max(0.0, min(due, status_due, watch_due) - time.monotonic())
         if self.pending_cpusets:
             timeout = 0.0
         ready, _, _ = select.select(fds, [], [], timeout)
@@ -734,10 +755,12 @@ class Agent:
         while self.pending_cpusets and not self._events_waiting() and time.monotonic() < deadline:
             self._join_cpusets(4)
         now = time.monotonic()
+        if now >= watch_due and not self.disabled:
+            self.watcher.run_due(now)
         if now >= due:
             self._full(why)
         elif now >= status_due:
-            if self.counters != self._status_counters:
+            if self.counters != self._status_counters or self.watcher.changed:
                 self._write_status(PassReport(), None, state="running")
             self._last_status = now  # nothing new: check again in a second
 

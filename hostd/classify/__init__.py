@@ -41,6 +41,7 @@ def _actual(name: str, task: Task) -> object:
         "is_kthread": task.is_kthread,
         "gpu": [d for d in proc.gpu_devices if d.startswith(GPU_DEVICE_PREFIXES)] or False,
         "nvml_gpu_process": proc.nvml,
+        "session_leader": proc.session_leader,
     }[name]
 
 
@@ -63,6 +64,7 @@ _ACTUAL_LABEL = {
     "is_kthread": "is kernel thread",
     "gpu": "GPU devices open",
     "nvml_gpu_process": "in NVML's GPU process list",
+    "session_leader": "its process leads its session",
 }
 
 
@@ -115,6 +117,8 @@ def _compile(pred: Predicate) -> Test:
         test = lambda t: t.process.gpu is value  # noqa: E731
     elif name == "nvml_gpu_process":
         test = lambda t: t.process.nvml is value  # noqa: E731
+    elif name == "session_leader":
+        test = lambda t: t.process.session_leader is value  # noqa: E731
     else:  # the policy validator admits only the names above
         raise ValueError(f"unknown predicate {name!r}")
     if pred.negate:

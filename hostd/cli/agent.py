@@ -191,6 +191,42 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
         )
     if st["layers"]:
         out.print(table)
+    for line in preempt_lines(st.get("preempt") or {}):
+        out.print(line)
+
+
+def preempt_lines(pre: dict) -> list[str]:
+    """What preemption and the starvation guard are doing, for ``hostd status``."""
+    if not pre:
+        return []
+    lines = []
+    if pre.get("enabled"):
+        protected = ", ".join(pre.get("protected_layers", []))
+        state = "active" if pre.get("active") else "idle (no protected thread)"
+        lines.append(
+            f"preemption {state}: busy sessions ({pre.get('busy_cpus')}+ CPUs) of "
+            f"{', '.join(pre.get('preemptible_layers', []))} yield to {protected}"
+        )
+        for d in pre.get("demoted", []):
+            lines.append(
+                f"  session {d['session']} demoted {d['seconds']:.0f}s ago: wanted "
+                f"{d['demand_at_demotion']:.2f} CPUs, now {d['demand_now']:.2f}"
+            )
+    counts = pre.get("counts", {})
+    if pre.get("guard"):
+        lines.append(
+            f"starvation guard: {counts.get('boosts', 0)} boosts, "
+            f"{counts.get('runaways', 0)} runaway real-time threads returned to normal"
+            + (f" ({', '.join(r['comm'] + '/' + str(r['tid']) for r in pre['runaways'])})"
+               if pre.get("runaways") else "")
+        )  # fmt: skip
+    for ev in pre.get("recent", [])[-5:]:
+        about = (
+            f"session {ev['session']}" if "session" in ev else f"{ev.get('comm')}/{ev.get('tid')}"
+        )
+        when = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
+        lines.append(f"  {when} {ev['what']} {about}: {ev['why']}")
+    return lines
 
 
 def _switch(run_dir: str, disabled: bool) -> None:

@@ -5,11 +5,14 @@ Both run one observe + classify pass through ``hostd.cli.common.snapshot`` and r
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import typer
 from rich.table import Table
 
+import hostd.preempt
+from hostd.agent import agent_pid, read_status
 from hostd.classify import Classified
 from hostd.cli.common import (
     JsonOpt,
@@ -112,6 +115,9 @@ def explain(
     policy: str = PolicyOpt,
     root: str = RootOpt,
     as_json: bool = JsonOpt,
+    run_dir: str = typer.Option(
+        "/run/hostd", "--run-dir", help="The running agent's folder (what it demoted, boosted)."
+    ),
 ) -> None:
     """Say which AND-group of which layer matched a thread, and why earlier layers did not."""
     snap = snapshot(policy, root)
@@ -119,6 +125,7 @@ def explain(
     if task is None:
         fail(f"thread {tid}: no such thread on this host (it may have exited)")
     ex = snap.classifier.explain(task)
+    preempt_lines = _preempt(snap, task, ex.layer, run_dir)
     if as_json:
         print_json(
             {
@@ -141,6 +148,7 @@ def explain(
                     }
                     for r in ex.layers
                 ],
+                "preempt": preempt_lines,
             }
         )
         return
@@ -163,3 +171,36 @@ def explain(
             "   kernel thread: hostd never changes it unless the matching group says "
             "is_kthread = true"
         )
+    for line in preempt_lines:
+        out.print("   " + line)
+
+
+def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:
+    """Preemption's lines for this thread: its layer's role, its session, the live agent's view
+    (when one runs with this run dir and the same policy)."""
+    sid = task.process.session
+    agent = agent_pid(run_dir) if snap.host.live else None
+    status = read_status(run_dir) if agent is not None else None
+    live = None
+    if (
+        status
+        and status.get("state") == "running"
+        and status.get("policy", {}).get("sha256") == snap.policy.sha256
+    ):
+        live = status.get("preempt")
+    try:
+        agent_sid = os.getsid(agent) if agent is not None else -1
+    except OSError:
+        agent_sid = -1
+    mates = [c for c in snap.classified if c.task.process.session == sid]
+    kept = hostd.preempt.why_kept(
+        sid,
+        layers={c.layer for c in mates},
+        tty=any(c.task.process.tty for c in mates),
+        own_sid=agent_sid,
+        protected=snap.policy.protected,
+        shielding=hostd.preempt.shielding_layers(snap.policy),
+    )
+    return hostd.preempt.explain(
+        snap.policy, layer, tid=task.tid, session=sid, kept_because=kept, live=live
+    )

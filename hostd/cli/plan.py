@@ -47,6 +47,13 @@ def plan(
         if s.group_nice is not None:
             group = f"session nice {s.group_nice}"
             sched = group if sched == "-" else f"{sched}, {group}"
+        role = ""
+        if ly.preempt and snap.policy.preemptible:
+            role = "preempts"
+        elif ly.name in snap.policy.preemptible:
+            role = "preemptible"
+        if role:
+            sched = role if sched == "-" else f"{sched}; {role}"
         own = format_cpulist(lp.cpus) if lp.kind != "open" else "(pool)"
         table.add_row(
             lp.name, lp.kind, str(lp.threads), own or "-", format_cpulist(lp.mems), sched,

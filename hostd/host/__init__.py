@@ -22,7 +22,7 @@ from types import ModuleType
 from hostd.host import syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
 from hostd.host.nvml import NvmlInfo, read_nvml
-from hostd.host.parsers import parse_stat, parse_status
+from hostd.host.parsers import parse_schedstat, parse_stat, parse_status, split_stat
 
 __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
 
@@ -248,6 +248,44 @@ class Host:
         if not self.live:
             raise HostError(errno.EOPNOTSUPP, self.root, "a fixture tree has no live threads")
         return syscalls
+
+    def ticks_now(self) -> int:
+        """Clock ticks since boot now: the unit of a thread's start time (proc(5))."""
+        text = self.read_line("proc/uptime") or "0"
+        return int(float(text.split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+    def schedstat(self, pid: int, tid: int) -> tuple[int, int] | None:
+        """A thread's (ns on a CPU, ns waiting on a run queue) since it started, or None when
+        it is gone or the kernel keeps no such statistics."""
+        text = self.read_quiet(f"proc/{pid}/task/{tid}/schedstat")
+        if not text:
+            return None
+        try:
+            run = parse_schedstat(text)
+        except ValueError:
+            return None
+        return run.run_ns, run.wait_ns
+
+    def thread_state(self, pid: int, tid: int) -> str | None:
+        """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""
+        text = self.read_quiet(f"proc/{pid}/task/{tid}/stat")
+        if not text:
+            return None
+        try:
+            return split_stat(text)[1][0]
+        except (ValueError, IndexError):
+            return None
+
+    def process_cpu(self, pid: int) -> tuple[str, int] | None:
+        """A process's (leader's state letter, CPU clock ticks of all its threads), or None."""
+        text = self.read_quiet(f"proc/{pid}/stat")
+        if not text:
+            return None
+        try:
+            _, rest = split_stat(text)
+            return rest[0], int(rest[11]) + int(rest[12])
+        except (ValueError, IndexError):
+            return None
 
     # -- small derived lookups ---------------------------------------------------------------
     def pci_address_of(self, rel: str) -> str | None:

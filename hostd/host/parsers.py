@@ -29,6 +29,7 @@ class Stat(NamedTuple):
     state: str  # (3)
     ppid: int  # (4)
     session: int  # (6) its session's id: the pid of the session leader
+    tty_nr: int  # (7) its controlling terminal's device number (0: none)
     flags: int  # (9)
     utime: int  # (14) clock ticks
     stime: int  # (15)
@@ -63,6 +64,7 @@ def parse_stat(text: str) -> Stat:
         rest[0],
         int(rest[1]),
         int(rest[3]),
+        int(rest[4]),
         int(rest[6]),
         int(rest[11]),
         int(rest[12]),

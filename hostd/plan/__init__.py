@@ -36,6 +36,10 @@
 * **cpufreq.** Governor, frequency floor and EPP on the CPUs of layers that ask, where the CPU
   offers them.
 * **NUMA.** One target node per process of a ``gpu-local`` layer on multi-node hosts.
+* **Preemptible work** (``hostd.preempt``). The agent says which sessions are demoted
+  (``demoted_sessions``) and which real-time threads ran away (``runaways``): threads of
+  preemptible layers in a demoted session get SCHED_IDLE, the session's leader gets the
+  ``[preempt] session_nice`` autogroup nice, and a runaway gets SCHED_OTHER at nice -20.
 """
 
 from __future__ import annotations
@@ -137,6 +141,7 @@ class Plan:
     numa: tuple[NumaPlan, ...]
     cpusets: tuple[CpusetPlan, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    demoted: tuple[int, ...] = ()  # sessions whose preemptible threads yield (hostd.preempt)
 
     def layer(self, name: str) -> LayerPlan:
         return next(lp for lp in self.layers if lp.name == name)
@@ -220,6 +225,7 @@ class Plan:
                 for np_ in self.numa
             ],
             "notes": list(self.notes),
+            "demoted_sessions": list(self.demoted),
         }
 
 
@@ -356,13 +362,16 @@ def plan(
     base_affinity: Mapping[tuple[int, int], frozenset[int]] | None = None,
     exclude_pids: frozenset[int] = frozenset(),
     allow_rt: bool = True,
+    demoted_sessions: frozenset[int] = frozenset(),
+    runaways: frozenset[tuple[int, int]] = frozenset(),
 ) -> Plan:
     """Decide the desired state. Pure and deterministic: same inputs, same Plan.
 
     ``stats``: CPUs in use per layer name (optional). ``base_affinity``: each thread's affinity
     before hostd changed it, by (tid, start_time); defaults to the affinity seen now.
     ``allow_rt`` False (RT throttling is off, or RT is refused here) turns real-time layers into
-    SCHED_OTHER at nice -20, with a note.
+    SCHED_OTHER at nice -20, with a note. ``demoted_sessions``, ``runaways``: what the agent's
+    watch decided (``hostd.preempt``).
     """
     online = topo.online
     total = len(online)
@@ -477,6 +486,8 @@ def plan(
         groups.values(),
         allow_rt=allow_rt,
         exclude_pids=exclude_pids,
+        demoted=demoted_sessions,
+        runaways=runaways,
     )
     decider.targets.update(targets)
     decider.cpuset_pids.update(
@@ -562,6 +573,7 @@ def plan(
         numa=tuple(numa_plans[pid] for pid in sorted(numa_plans)),
         cpusets=tuple(groups[path] for path in sorted(groups)),
         notes=tuple(notes),
+        demoted=tuple(sorted(demoted_sessions)),
     )
 
 
@@ -596,9 +608,15 @@ class TaskPlanner:
         *,
         allow_rt: bool,
         exclude_pids: frozenset[int] = frozenset(),
+        demoted: frozenset[int] | set[int] = frozenset(),
+        runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
     ) -> None:
         self.topo = topo
         self.layers = {ly.name: ly for ly in policy.layers}
+        self.preemptible = policy.preemptible
+        self.session_nice = policy.preempt.session_nice
+        self.demoted = set(demoted)  # sessions whose preemptible threads are SCHED_IDLE
+        self.runaways = set(runaways)  # real-time threads that kept a CPU busy too long
         self.layer_cpus = dict(layer_cpus)
         self.pool = pool
         self.v2 = topo.cgroup.cpuset == "v2"
@@ -626,6 +644,7 @@ class TaskPlanner:
         *,
         allow_rt: bool,
         exclude_pids: frozenset[int] = frozenset(),
+        runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
     ) -> TaskPlanner:
         """The planner that made ``the_plan``, rebuilt from it (with its RT slots taken)."""
         planner = cls(
@@ -636,6 +655,8 @@ class TaskPlanner:
             the_plan.cpusets,
             allow_rt=allow_rt,
             exclude_pids=exclude_pids,
+            demoted=frozenset(the_plan.demoted),
+            runaways=runaways,
         )
         for tp in the_plan.tasks:
             if tp.cpuset is not None:
@@ -725,13 +746,18 @@ class TaskPlanner:
                 sched_policy, priority, nice, reset = "other", None, -20, False
             else:
                 holders.add(task.key)
+        if sched.realtime and task.key in self.runaways:
+            # It kept a CPU busy as real-time for too long (hostd.preempt): normal scheduling.
+            sched_policy, priority, nice, reset = "other", None, -20, False
+        demoted = task.process.session in self.demoted
+        if demoted and layer.name in self.preemptible:
+            sched_policy, priority, reset = "idle", None, False
         group_nice = None
-        if (
-            sched.group_nice is not None
-            and self.topo.autogroup
-            and task.tid == task.pid == task.process.session
-        ):
-            group_nice = sched.group_nice
+        if self.topo.autogroup and task.tid == task.pid == task.process.session:
+            if demoted and self.session_nice is not None:
+                group_nice = self.session_nice
+            elif sched.group_nice is not None:
+                group_nice = sched.group_nice
         if (
             affinity is None
             and node is None

@@ -50,7 +50,7 @@ STRING_PREDICATES = (
 REGEX_PREDICATES = ("comm_regex", "cgroup_regex", "cmdline_regex")
 ID_PREDICATES = ("uid", "gid")
 NICE_PREDICATES = ("nice_above", "nice_below")
-BOOL_PREDICATES = ("is_group_leader", "is_kthread", "gpu", "nvml_gpu_process")
+BOOL_PREDICATES = ("is_group_leader", "is_kthread", "gpu", "nvml_gpu_process", "session_leader")
 PREDICATES = (
     STRING_PREDICATES + REGEX_PREDICATES + ID_PREDICATES + NICE_PREDICATES + BOOL_PREDICATES
 )
@@ -66,6 +66,7 @@ USER_CONTROLLED = {
     "parent_comm_prefix",
     "cmdline_regex",
     "is_group_leader",
+    "session_leader",  # setsid(2)
     "nice_above",
     "nice_below",
 }
@@ -176,6 +177,11 @@ class Layer:
     epp: str | None = None
     irqs: str = "allow"
     numa_migrate: str = "move_pages"  # how memory follows: batched move_pages, or migrate_pages
+    # While a layer with ``preempt`` has threads, CPU-busy sessions of ``preemptible`` layers'
+    # threads yield to it at once: SCHED_IDLE per thread, their session weighed down
+    # (``hostd.preempt``).
+    preempt: bool = False
+    preemptible: bool = False
 
     @property
     def catch_all(self) -> bool:
@@ -185,6 +191,28 @@ class Layer:
     def latency(self) -> bool:
         """Layers whose threads are latency-critical get whole cores (see hostd.plan)."""
         return self.sched.realtime or self.irqs == "avoid"
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """``[preempt]``: when and how preemptible work yields to protected layers."""
+
+    enabled: bool = True
+    busy: float = 0.5  # CPUs a session's preemptible threads want (run + run-queue wait)
+    interval: float = 1.0  # seconds between measurements (stretched to 20x their cost)
+    release_after: float = 30.0  # seconds a demoted session must want less than busy/4
+    session_nice: int | None = 19  # a demoted session's autogroup nice (None: "keep")
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """``[guard]``: the starvation guard and the real-time runaway check."""
+
+    enabled: bool = True
+    starve_after: float = 5.0  # seconds runnable without running before a boost
+    boost_ms: float = 10.0  # how long a boost (SCHED_RR 1) lasts
+    rt_runaway_after: float = 5.0  # seconds a hostd real-time thread may keep a CPU busy
+    rt_runaway_share: float = 0.9  # ... at this share of a CPU or more
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +232,8 @@ class Policy:
     agent_nice: int | None = -10  # [agent] nice: hostd's own nice value (None: leave it)
     cpu_dma_latency_us: int | None = None  # [agent] a C-state limit held while hostd runs
     pool_min: CpuAmount | None = None  # CPUs always left to the shared pool (None: 25%, >= 2)
+    preempt: Preempt = field(default_factory=Preempt)  # [preempt]
+    guard: Guard = field(default_factory=Guard)  # [guard]
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -214,6 +244,18 @@ class Policy:
     @property
     def predicates_used(self) -> frozenset[str]:
         return frozenset(p.name for layer in self.layers for g in layer.match for p in g)
+
+    @property
+    def protected(self) -> frozenset[str]:
+        """Layers that preemptible work yields to (``preempt = true``)."""
+        return frozenset(ly.name for ly in self.layers if ly.preempt)
+
+    @property
+    def preemptible(self) -> frozenset[str]:
+        """Layers whose busy sessions are demoted while a protected layer has threads."""
+        if not self.preempt.enabled:
+            return frozenset()
+        return frozenset(ly.name for ly in self.layers if ly.preemptible)
 
     @property
     def needs_fds(self) -> bool:
@@ -279,6 +321,16 @@ class _Checker:
     def integer(self, value: object, key: str, lo: int, hi: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise self.fail(key, value, f"an integer from {lo} to {hi}")
+        return value
+
+    def number(self, value: object, key: str, lo: float, hi: float, what: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise self.fail(key, value, f"{what}, {lo:g} to {hi:g}")
+        return float(value)
+
+    def boolean(self, value: object, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, value, "true or false")
         return value
 
     # -- pieces --
@@ -435,7 +487,7 @@ class _Checker:
     def layer(self, value: object, key: str) -> Layer:
         allowed = (
             "name", "comment", "match", "kind", "cpus", "sched", "numa", "governor",
-            "min_freq", "epp", "irqs", "numa_migrate",
+            "min_freq", "epp", "irqs", "numa_migrate", "preempt", "preemptible",
         )  # fmt: skip
         data = self.table(value, key, allowed)
         for required in ("name", "comment", "match"):
@@ -480,6 +532,20 @@ class _Checker:
             f"{key}.numa_migrate",
             ("move_pages", "migrate_pages"),
         )
+        preempt = self.boolean(data.get("preempt", False), f"{key}.preempt")
+        preemptible = self.boolean(data.get("preemptible", False), f"{key}.preemptible")
+        if preempt and preemptible:
+            raise self.fail(
+                f"{key}.preemptible",
+                True,
+                "not both: a layer that preempts others (preempt = true) cannot yield to them",
+            )
+        if preemptible and sched.realtime:
+            raise self.fail(
+                f"{key}.preemptible",
+                True,
+                f"no preemptible real-time layer (sched.policy = {sched.policy!r})",
+            )
         if kind == "open" and (governor or min_freq or epp or irqs == "avoid"):
             raise self.fail(
                 key,
@@ -489,7 +555,7 @@ class _Checker:
             )
         layer = Layer(
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
-            epp, irqs, migrate,
+            epp, irqs, migrate, preempt, preemptible,
         )  # fmt: skip
         if sched.realtime:
             for i, group in enumerate(match):
@@ -503,7 +569,14 @@ class _Checker:
         return layer
 
     def policy(self, data: dict, raw: bytes) -> Policy:
-        self.table(data, "", ("version", "name", "description", "pool_min", "agent", "layer"))
+        self.table(
+            data,
+            "",
+            (
+                "version", "name", "description", "pool_min", "agent", "preempt", "guard",
+                "layer",
+            ),
+        )  # fmt: skip
         if "version" not in data:
             raise self.fail("version", _NOTHING, "version = 1")
         if type(data["version"]) is not int or data["version"] != 1:
@@ -580,6 +653,15 @@ class _Checker:
         self.string(name, "name")
         if not isinstance(description, str):
             raise self.fail("description", description, "a string")
+        if any(ly.preemptible for ly in layers) and not any(ly.preempt for ly in layers):
+            first = next(i for i, ly in enumerate(layers) if ly.preemptible)
+            raise self.fail(
+                f"layer[{first}].preemptible",
+                True,
+                "a layer with preempt = true for it to yield to (none has it)",
+            )
+        preempt = self.preempt_table(data.get("preempt", {}))
+        guard = self.guard_table(data.get("guard", {}))
         pool_min = None
         if "pool_min" in data:
             pool_min = self.cpu_amount(data["pool_min"], "pool_min")
@@ -600,8 +682,66 @@ class _Checker:
             agent_nice=None if agent_nice == "keep" else agent_nice,
             cpu_dma_latency_us=latency,
             pool_min=pool_min,
+            preempt=preempt,
+            guard=guard,
             warnings=tuple(self.warnings),
         )
+
+    def preempt_table(self, value: object) -> Preempt:
+        data = self.table(
+            value, "preempt", ("enabled", "busy", "interval", "release_after", "session_nice")
+        )
+        d = Preempt()
+        nice = data.get("session_nice", d.session_nice)
+        if nice != "keep" and (
+            isinstance(nice, bool) or not isinstance(nice, int) or not -20 <= nice <= 19
+        ):
+            raise self.fail("preempt.session_nice", nice, 'an integer from -20 to 19, or "keep"')
+        interval = self.number(
+            data.get("interval", d.interval), "preempt.interval", 0.1, 60, "seconds"
+        )
+        release = self.number(
+            data.get("release_after", d.release_after),
+            "preempt.release_after",
+            interval,
+            86400,
+            "seconds (at least preempt.interval)",
+        )
+        return Preempt(
+            enabled=self.boolean(data.get("enabled", d.enabled), "preempt.enabled"),
+            busy=self.number(
+                data.get("busy", d.busy), "preempt.busy", 0.01, 4096, "CPUs a session wants"
+            ),
+            interval=interval,
+            release_after=release,
+            session_nice=None if nice == "keep" else nice,  # type: ignore[arg-type]
+        )
+
+    def guard_table(self, value: object) -> Guard:
+        data = self.table(
+            value,
+            "guard",
+            ("enabled", "starve_after", "boost_ms", "rt_runaway_after", "rt_runaway_share"),
+        )
+        d = Guard()
+        return Guard(
+            enabled=self.boolean(data.get("enabled", d.enabled), "guard.enabled"),
+            starve_after=self.number(
+                data.get("starve_after", d.starve_after), "guard.starve_after", 0.5, 3600,
+                "seconds",
+            ),
+            boost_ms=self.number(
+                data.get("boost_ms", d.boost_ms), "guard.boost_ms", 1, 1000, "milliseconds"
+            ),
+            rt_runaway_after=self.number(
+                data.get("rt_runaway_after", d.rt_runaway_after), "guard.rt_runaway_after",
+                0.5, 3600, "seconds",
+            ),
+            rt_runaway_share=self.number(
+                data.get("rt_runaway_share", d.rt_runaway_share), "guard.rt_runaway_share",
+                0.1, 1.0, "a share of one CPU",
+            ),
+        )  # fmt: skip
 
 
 def parse_policy(raw: bytes, source: str) -> Policy:

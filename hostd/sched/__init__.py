@@ -7,6 +7,13 @@ autogroups on, CFS first shares the CPU between sessions by that weight, then be
 threads of each session by theirs, so a thread's own nice cannot win against another session.
 Reset-on-fork is set for real-time threads so that their children start as SCHED_OTHER
 (sched(7)). Called through ``hostd.knobs`` by ``hostd.reconcile``.
+
+``session/SID@SINCE/preempted`` is the record of a session demoted at tick SINCE
+(``hostd.preempt``): a thread created by a demoted (SCHED_IDLE) thread is born SCHED_IDLE
+(reset-on-fork resets only real-time policies and negative nice), also after a crash of
+hostd. Restoring the record sweeps the session: every SCHED_IDLE thread started since SINCE
+in the session, or in a process descending from it, gets the session's original policy
+back (the threads hostd saw have records of their own, restored after this one).
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ import time
 
 from hostd import knobs
 from hostd.host import Gone, Host, HostError
+from hostd.host.parsers import parse_stat
+
+SCHED_IDLE = 5  # include/uapi/linux/sched.h
 
 
 def _read_sched(host: Host, key: str) -> list:
@@ -66,3 +76,59 @@ NICE = knobs.register(knobs.Knob("nice", _read_nice, _write_nice, per_task=True)
 AUTOGROUP = knobs.register(
     knobs.Knob("autogroup", _read_autogroup, _write_autogroup, per_task=True)
 )
+
+
+def _read_preempted(host: Host, key: str) -> None:
+    """Nothing to read: restoring the record always sweeps the session."""
+    return None
+
+
+def _sweep(host: Host, key: str, value: object) -> None:
+    sid, since = knobs.parse_task_key(key)
+    if not isinstance(value, dict) or not isinstance(value.get("sched"), list):
+        raise HostError(errno.EINVAL, key, f"a session record needs a sched value, not {value!r}")
+    policy, prio, reset = value["sched"]
+    leader_start = value.get("leader_start")
+    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, session, start time)
+    for entry in host.listdir("proc"):
+        if entry.isdigit():
+            try:
+                text = host.read(f"proc/{entry}/stat")
+                if text:
+                    st = parse_stat(text)
+                    procs[int(entry)] = (st.ppid, st.session, st.start_time)
+            except (OSError, ValueError, IndexError):
+                continue
+    leader = procs.get(sid)
+    if leader is not None and leader[1] == sid and leader[2] != leader_start:
+        return  # the session id now names another session: nothing of ours is left
+    members = {pid for pid, (_, session, _) in procs.items() if session == sid}
+    grew = True
+    while grew:  # processes that left the session (setsid) still descend from it
+        more = {pid for pid, (ppid, _, _) in procs.items() if ppid in members} - members
+        members |= more
+        grew = bool(more)
+    calls = host.threads()
+    refused: list[HostError] = []
+    for pid in sorted(members):
+        for entry in host.listdir(f"proc/{pid}/task"):
+            try:
+                text = host.read(f"proc/{pid}/task/{entry}/stat")
+                if not text:
+                    continue
+                st = parse_stat(text)
+                if st.policy == SCHED_IDLE and st.start_time >= since:
+                    calls.set_sched(int(entry), str(policy), int(prio), bool(reset))
+            except Gone:
+                continue  # it exited meanwhile
+            except HostError as exc:
+                refused.append(exc)
+            except (ValueError, IndexError):
+                continue  # a half-written stat line: the thread is exiting
+    if refused:  # the record stays open: the next restore tries again
+        raise type(refused[0])(
+            refused[0].errno or errno.EPERM, key, f"{len(refused)} threads refused: {refused[0]}"
+        )
+
+
+PREEMPTED = knobs.register(knobs.Knob("preempted", _read_preempted, _sweep))

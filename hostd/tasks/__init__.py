@@ -58,10 +58,16 @@ class Process:
     nvml: bool  # NVML lists it among the GPU processes
     is_kthread: bool
     session: int = 0  # its session (= its autogroup while autogroups are on); 0 unknown
+    tty: bool = False  # it has a controlling terminal (an interactive session's process)
 
     @property
     def gpu(self) -> bool:
         return any(dev.startswith(GPU_DEVICE_PREFIXES) for dev in self.gpu_devices)
+
+    @property
+    def session_leader(self) -> bool:
+        """It leads its session (setsid(2)): torchrun starts each rank so."""
+        return self.session == self.pid
 
     @property
     def nvidia_minors(self) -> tuple[int, ...]:
@@ -183,6 +189,7 @@ def _read_process(
         nvml=pid in nvml_pids,
         is_kthread=stat.is_kthread,
         session=stat.session,
+        tty=stat.tty_nr != 0,
     )
     return proc, creds.uid, creds.gid
 

@@ -43,6 +43,8 @@ def make_task(
     gpu_devices: tuple[str, ...] = (),
     nvml: bool = False,
     kthread: bool = False,
+    session: int | None = None,
+    tty: bool = False,
 ) -> Task:
     """A thread with plausible defaults: a non-root user's single-threaded python3."""
     if tid is None:
@@ -62,6 +64,8 @@ def make_task(
         gpu_devices=tuple(sorted(gpu_devices)),
         nvml=nvml,
         is_kthread=kthread,
+        session=pid if session is None else session,
+        tty=tty,
     )
     return Task(
         tid=tid,
@@ -160,6 +164,10 @@ PREDICATE_CASES = [
     ("{ gpu = false }", {}, {"gpu_devices": ("/dev/nvidia3",)}),
     ("{ nvml_gpu_process = true }", {"nvml": True}, {"nvml": False}),
     ("{ nvml_gpu_process = false }", {"nvml": False}, {"nvml": True}),
+    # torchrun starts each rank in a session of its own; a process it forks that does not
+    # call setsid is in the launcher's session (issue: busy processes with the ranks' comm)
+    ("{ session_leader = true }", {"pid": 4000}, {"pid": 4000, "session": 3990}),
+    ("{ session_leader = false }", {"pid": 4000, "session": 1}, {"pid": 4000}),
 ]
 
 

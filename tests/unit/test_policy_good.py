@@ -11,9 +11,11 @@ import pytest
 from hostd.policy import (
     PREDICATES,
     CpuAmount,
+    Guard,
     Layer,
     Policy,
     Predicate,
+    Preempt,
     Sched,
     load_default,
     load_policy,
@@ -96,6 +98,7 @@ def test_bool_predicates_and_not() -> None:
     layer = _good("every-predicate.toml").layer("flags")
     assert _groups(layer) == [
         [Predicate("is_group_leader", True), Predicate("gpu", True)],
+        [Predicate("session_leader", True), Predicate("uid", (0,))],
         [
             Predicate("is_kthread", True),
             Predicate("comm_prefix", ("kworker", "ksoftirqd"), negate=True),
@@ -355,12 +358,16 @@ def test_default_policy_layers() -> None:
         "system",
         "rest",
     ]
-    assert policy.layer("system").sched == Sched(group_nice=-10)
+    assert policy.layer("system").sched == Sched(group_nice=0)
     assert policy.layer("comms").sched == Sched("fifo", 20, None, True)
     assert policy.layer("trainer").numa == "gpu-local"
     assert policy.layer("data").kind == "open"
-    assert policy.layer("trainer").sched == Sched(group_nice=-20)
+    assert policy.layer("trainer").sched == Sched(group_nice=-5)
     assert policy.needs_fds
+    # preemption: the job's layers preempt, compilers and the rest yield while it runs
+    assert policy.protected == {"comms", "data", "trainer"}
+    assert policy.preemptible == {"compile", "rest"}
+    assert policy.preempt == Preempt() and policy.guard == Guard()
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,355 @@
+"""Preemptible work and the starvation guard on the real kernel (root), in a sandbox.
+
+Each test starts its own process tree (``Sandbox``): an idle protected "job" process, busy
+"competitor" sessions, a thread a real-time spinner starves; runs ``hostd run`` scoped to the
+tree with tests/privileged/preempt.toml; checks in /proc what the agent did (SCHED_IDLE, the
+session's autogroup nice, a boost, a runaway returned to normal scheduling); stops the agent
+(SIGTERM, or kill -9 and ``hostd restore``) and asserts that every thread of the tree is back
+as it was, including threads and processes born SCHED_IDLE while their session was demoted
+(also while hostd was dead). Nothing outside the tree is touched: the agent is scoped to it.
+CPU-bound children are pinned to one CPU and live a few seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests import agentproc
+from tests.agentproc import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = REPO / "tests" / "privileged" / "preempt.toml"
+_sibling = Path(sys.executable).with_name("hostd")
+HOSTD = str(_sibling) if _sibling.exists() else None
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the agent changes real threads"),
+    pytest.mark.skipif(HOSTD is None, reason="the hostd console script is not installed"),
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs"),
+]
+
+# The sandbox's processes. Roles: "root" starts the others and prints their pids as JSON;
+# "job" sleeps (the protected layer's thread); "busy" leads a session of its own and spins,
+# with one spinning child; SIGUSR1 makes it fork a sleeping child and start a sleeping
+# thread (both born with its scheduling policy), whose ids it appends to a file; "victim"
+# spins, pinned; "spin" sets itself SCHED_FIFO 5 (the test's own real-time hog) and spins;
+# "rtspin" spins and waits to be made real-time by hostd.
+_CHILD = textwrap.dedent(
+    r"""
+    import json, os, signal, sys, threading, time
+    role, cpu = sys.argv[1], int(sys.argv[2])
+    def name(comm):
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+            fh.write(comm)
+    def spin():
+        while True:
+            pass
+    if role == "root":
+        name("tsandbox")
+        out = {}
+        for sub in sys.argv[3].split(","):
+            proc = __import__("subprocess").Popen([sys.executable, "-c", CODE, sub, str(cpu)])
+            out[sub] = proc.pid
+        print(json.dumps(out), flush=True)
+        while True:
+            time.sleep(3600)
+    os.sched_setaffinity(0, {cpu})
+    if role == "job":
+        name("tjob")
+        while True:
+            time.sleep(3600)
+    elif role == "busy":
+        os.setsid()
+        name("tbusy")
+        born = sys.argv[3] if len(sys.argv) > 3 else f"/tmp/tbusy-{os.getpid()}"
+        def more(*_):
+            pid = os.fork()
+            if pid == 0:
+                name("tbusy_kid")
+                while True:
+                    time.sleep(3600)
+            def sleeper():
+                name("tbusy_thr")
+                with open(born, "a") as fh:
+                    fh.write(f"{threading.get_native_id()}\n")
+                while True:
+                    time.sleep(3600)
+            with open(born, "a") as fh:
+                fh.write(f"{pid}\n")
+            threading.Thread(target=sleeper, daemon=True).start()
+        signal.signal(signal.SIGUSR1, more)
+        if os.fork() == 0:
+            name("tbusy_w")
+        spin()
+    elif role == "victim":
+        name("tvictim")
+        spin()
+    elif role == "spin":
+        name("tspin")
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(5))
+        spin()
+    elif role == "rtspin":
+        name("trtspin")
+        spin()
+    """
+)
+
+
+class Sandbox:
+    """The test's process tree; leaving the context kills every process of it."""
+
+    def __init__(self, tmp: Path, roles: list[str], cpu: int) -> None:
+        self.born = tmp / "born.txt"
+        code = _CHILD.replace('f"/tmp/tbusy-{os.getpid()}"', repr(str(self.born)))
+        self.code = f"CODE = {code!r}\n" + code
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", self.code, "root", str(cpu), ",".join(roles)],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        self.pids: dict[str, int] = json.loads(self.proc.stdout.readline())
+        self.root = self.proc.pid
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pid in self.tree():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    def tree(self) -> list[int]:
+        """Every process below the root (also those that left its session)."""
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(entry))
+        found, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(children.get(pid, ()))
+        return sorted(found)
+
+    def threads(self) -> dict[int, tuple]:
+        """(policy, priority, nice, autogroup line) of every thread of the tree, by tid."""
+        state = {}
+        for pid in self.tree():
+            with contextlib.suppress(OSError):
+                autogroup = Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+                for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+                    with contextlib.suppress(OSError):
+                        state[tid] = (
+                            os.sched_getscheduler(tid),
+                            os.sched_getparam(tid).sched_priority,
+                            os.getpriority(os.PRIO_PROCESS, tid),
+                            autogroup,
+                        )
+        return state
+
+    def kids(self, role: str) -> list[int]:
+        """The busy session's worker processes (its leader's children)."""
+        leader = self.pids[role]
+        return [
+            pid
+            for pid in self.tree()
+            if pid != leader and _stat(pid)[0] == leader  # its parent
+        ]
+
+    def more(self) -> list[int]:
+        """Make the busy leader fork a child and start a thread; their ids."""
+        have = self.born.read_text().split() if self.born.exists() else []
+        os.kill(self.pids["busy"], signal.SIGUSR1)
+        wait_for(lambda: self.born.exists() and len(self.born.read_text().split()) >= len(have) + 2,
+                 "the busy session's new child and thread")  # fmt: skip
+        return [int(x) for x in self.born.read_text().split()[len(have) :]]
+
+
+def _stat(pid: int) -> tuple[int, int]:
+    """(ppid, session) of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[3])
+
+
+def _policy(tid: int) -> int | None:
+    try:
+        return os.sched_getscheduler(tid) & ~os.SCHED_RESET_ON_FORK
+    except OSError:
+        return None
+
+
+def _autogroup(pid: int) -> str:
+    return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+
+
+class Agent(agentproc.Agent):
+    def __init__(self, tmp: Path, scope: int, *extra: str, policy: Path = POLICY) -> None:
+        super().__init__(tmp, scope, *extra, policy=policy)
+
+    def preempt(self) -> dict:
+        return self.status().get("preempt") or {}
+
+
+def hostd(*args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([HOSTD, *args], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def _demoted(box: Sandbox) -> bool:
+    busy = [box.pids["busy"], *box.kids("busy")]
+    idle = all(_policy(pid) == os.SCHED_IDLE for pid in busy)
+    return idle and (not AUTOGROUPS or _autogroup(box.pids["busy"]) == "19")
+
+
+def _start_demoted(tmp: Path, box: Sandbox) -> Agent:
+    agent = Agent(tmp, box.root)
+    agent.wait_passes(1)
+    wait_for(lambda: _demoted(box), "the busy session demoted", agent)
+    return agent
+
+
+def _back_as_before(box: Sandbox, before: dict[int, tuple], born: list[int]) -> None:
+    now = box.threads()
+    assert {tid: now[tid] for tid in before if tid in now} == before
+    for tid in born:  # born SCHED_IDLE in the demoted session: back to what it inherited from
+        assert now[tid][:3] == (os.SCHED_OTHER, 0, 0), (tid, now[tid])
+
+
+def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_path):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
+        before = box.threads()
+        agent = _start_demoted(tmp_path, box)
+        try:
+            assert _policy(box.pids["job"]) == os.SCHED_OTHER  # the job itself is untouched
+            born = box.more()  # a child and a thread born in the demoted session ...
+            assert all(_policy(t) == os.SCHED_IDLE for t in born)  # ... inherit SCHED_IDLE
+            wait_for(lambda: agent.preempt().get("demoted"), "status.json says so", agent)
+            pre = agent.preempt()
+            assert pre["active"] and [d["session"] for d in pre["demoted"]] == [box.pids["busy"]]
+            status = hostd("status", "--run-dir", str(agent.run)).stdout
+            assert f"session {box.pids['busy']} demoted" in status
+            explained = hostd("explain", str(box.pids["busy"]), "--policy", str(POLICY),
+                              "--run-dir", str(agent.run)).stdout  # fmt: skip
+            assert "DEMOTED" in explained
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        _back_as_before(box, before, born)
+        assert "preempt demote session=" in log and "Traceback" not in log
+        assert not (agent.state / "journal.jsonl").exists()
+
+
+def test_kill_9_then_restore_also_restores_what_was_born_after_the_crash(tmp_path):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
+        before = box.threads()
+        agent = _start_demoted(tmp_path, box)
+        born = box.more()
+        agent.stop(signal.SIGKILL)
+        born += box.more()  # born while no agent runs: only the session record knows it
+        assert all(_policy(t) == os.SCHED_IDLE for t in born)
+        out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        assert out.returncode == 0, out.stdout + out.stderr
+        _back_as_before(box, before, born)
+        again = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+def test_the_session_is_released_when_the_job_leaves(tmp_path):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
+        before = box.threads()
+        agent = _start_demoted(tmp_path, box)
+        try:
+            born = box.more()
+            os.kill(box.pids["job"], signal.SIGKILL)  # the protected job leaves
+            busy = [box.pids["busy"], *box.kids("busy")]
+            wait_for(
+                lambda: all(_policy(p) == os.SCHED_OTHER for p in busy + born),
+                "the busy session released",
+                agent,
+            )
+            if AUTOGROUPS:
+                assert _autogroup(box.pids["busy"]) == "0"
+            wait_for(
+                lambda: agent.preempt().get("counts", {}).get("releases"),
+                "status.json says so",
+                agent,
+            )
+            pre = agent.preempt()
+            assert not pre["active"] and not pre["demoted"]
+            assert pre["counts"]["releases"] == 1
+        finally:
+            log = agent.stop()
+        del before[box.pids["job"]]
+        _back_as_before(box, before, born)
+        assert "preempt release session=" in log
+
+
+def test_observe_mode_decides_but_changes_nothing(tmp_path):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
+        before = box.threads()
+        agent = Agent(tmp_path, box.root, "--mode", "observe")
+        try:
+            wait_for(lambda: agent.preempt().get("demoted"), "a demotion decided", agent)
+            assert box.threads() == before
+        finally:
+            agent.stop()
+        assert box.threads() == before
+
+
+def test_the_guard_boosts_a_thread_a_real_time_spinner_starves(tmp_path):
+    with Sandbox(tmp_path, ["job", "victim", "spin"], cpu=1) as box:
+        wait_for(lambda: _policy(box.pids["spin"]) == os.SCHED_FIFO, "the spinner real-time")
+        before = box.threads()
+        victim = box.pids["victim"]
+        agent = Agent(tmp_path, box.root)
+        try:
+            wait_for(lambda: agent.preempt().get("counts", {}).get("boosts"), "a boost", agent)
+            recent = agent.preempt()["recent"]
+            assert any(ev["what"] == "boost" and ev["tid"] == victim for ev in recent), recent
+            explained = hostd("explain", str(victim), "--policy", str(POLICY),
+                              "--run-dir", str(agent.run)).stdout  # fmt: skip
+            assert "guard: boost" in explained
+        finally:
+            log = agent.stop()
+        assert f"guard boost tid={victim}" in log
+        assert box.threads() == before  # the spinner keeps its own FIFO 5, the victim its policy
+
+
+def test_a_runaway_real_time_thread_returns_to_normal_scheduling(tmp_path):
+    with Sandbox(tmp_path, ["job", "rtspin"], cpu=1) as box:
+        before = box.threads()
+        spinner = box.pids["rtspin"]
+        agent = Agent(tmp_path, box.root)
+        try:
+            wait_for(lambda: agent.preempt().get("runaways"), "a runaway", agent)
+            assert agent.preempt()["runaways"] == [{"tid": spinner, "comm": "trtspin"}]
+            assert _policy(spinner) == os.SCHED_OTHER
+            assert os.getpriority(os.PRIO_PROCESS, spinner) == -20
+            status = hostd("status", "--run-dir", str(agent.run)).stdout
+            assert "1 runaway real-time threads returned to normal" in status
+        finally:
+            log = agent.stop()
+        assert f"guard runaway tid={spinner}" in log
+        assert box.threads() == before

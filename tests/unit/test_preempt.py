@@ -1,0 +1,380 @@
+"""Preemptible work and the starvation guard: the pure decisions (hostd.preempt) and what the
+planner makes of them, table-driven over synthetic samples (no kernel, no root)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hostd.classify import Classified, Classifier
+from hostd.plan import TaskPlanner, plan
+from hostd.policy import Guard, Preempt, load_default, parse_policy
+from hostd.preempt import Sample, Watch, explain, shielding_layers, why_kept
+from tests.synth import topology as synth
+from tests.unit.test_classify import make_task
+
+MS = 1_000_000  # ns
+PREEMPTIBLE = frozenset({"rest", "compile"})
+
+
+def watch(**kw) -> Watch:
+    return Watch(Preempt(**kw), Guard(), PREEMPTIBLE)
+
+
+def sample(
+    tid: int, run_ms: float, wait_ms: float, *, sid: int = 500, layer: str = "rest", state="R"
+):
+    return Sample((tid, 7), tid, sid, layer, int(run_ms * MS), int(wait_ms * MS), state)
+
+
+def feed(w: Watch, rounds: list[list[Sample]], *, active: bool = True, step: float = 1.0, **kw):
+    """Feed rounds of samples one second apart; the decisions of each round."""
+    return [w.update(i * step, r, active=active, **kw) for i, r in enumerate(rounds)]
+
+
+def busy_rounds(n: int, tids=(11, 12), cpu_each: float = 0.4, wait_each: float = 0.4, **kw):
+    """``n`` rounds in which each thread runs ``cpu_each`` and waits ``wait_each`` per second."""
+    return [
+        [sample(t, 1000 * cpu_each * i, 1000 * wait_each * i, **kw) for t in tids] for i in range(n)
+    ]
+
+
+# -- demotion ---------------------------------------------------------------------------------
+def test_a_busy_session_is_demoted_after_one_interval() -> None:
+    w = watch()
+    first, second = feed(w, busy_rounds(2))
+    assert not first  # one sample: no rate yet
+    assert [d.sid for d in second.demote] == [500]
+    assert second.demote[0].demand == pytest.approx(1.6)  # 2 threads x (0.4 run + 0.4 wait)
+    assert 500 in w.demoted
+
+
+def test_demand_counts_waiting_not_only_running() -> None:
+    """A competitor squeezed by the job uses little CPU but wants a lot: it still counts."""
+    w = watch(busy=0.5)
+    _, d = feed(w, busy_rounds(2, tids=(11,), cpu_each=0.02, wait_each=0.9))
+    assert [x.sid for x in d.demote] == [500]
+
+
+@pytest.mark.parametrize(
+    ("layer", "cpu", "demoted"),
+    [
+        ("rest", 0.6, True),
+        ("compile", 0.6, True),
+        ("rest", 0.2, False),  # below busy (0.5)
+        ("system", 0.9, False),  # not a preemptible layer
+        ("trainer", 0.9, False),
+    ],
+)
+def test_only_busy_preemptible_threads_count(layer: str, cpu: float, demoted: bool) -> None:
+    w = watch()
+    _, d = feed(w, busy_rounds(2, tids=(11,), cpu_each=cpu, wait_each=0.0, layer=layer))
+    assert bool(d.demote) is demoted
+
+
+def test_kept_sessions_are_never_demoted() -> None:
+    w = watch()
+    decisions = feed(w, busy_rounds(3), kept=lambda sid: "an interactive session")
+    assert not any(d.demote for d in decisions)
+    assert not w.demoted
+
+
+def test_nothing_is_demoted_while_no_protected_layer_has_threads() -> None:
+    w = watch()
+    decisions = feed(w, busy_rounds(3), active=False)
+    assert not any(d.demote for d in decisions)
+
+
+def test_release_when_the_job_leaves() -> None:
+    w = watch()
+    feed(w, busy_rounds(2))
+    d = w.update(2.0, busy_rounds(3)[2], active=False)
+    assert d.release == [(500, "no protected layer has threads")]
+    assert not w.demoted
+
+
+def test_release_when_the_session_is_gone() -> None:
+    w = watch()
+    feed(w, busy_rounds(2))
+    d = w.update(2.0, [], active=True, sessions_alive=lambda sid: False)
+    assert d.release == [(500, "the session is gone")]
+
+
+def test_release_only_after_wanting_little_for_release_after() -> None:
+    w = watch(release_after=3.0)
+    feed(w, busy_rounds(2))  # demoted at t=1
+    quiet = [sample(11, 400, 400), sample(12, 400, 400)]  # no progress: wants nothing
+    released_at = None
+    for t in range(2, 9):
+        d = w.update(float(t), quiet, active=True)
+        if d.release:
+            released_at = t
+            break
+    # low from t=2 on; released once it has been low for 3 s
+    assert released_at == 5
+    assert "wanted under 0.125 CPUs for 3 s" in d.release[0][1]
+
+
+def test_a_demoted_session_that_wants_again_is_kept_demoted() -> None:
+    w = watch(release_after=2.0)
+    feed(w, busy_rounds(2))
+    quiet = [sample(11, 400, 400)]
+    w.update(2.0, quiet, active=True)
+    busy_again = [sample(11, 400, 1400)]  # waited a whole second: it wants the CPU
+    d = w.update(3.0, busy_again, active=True)
+    assert not d.release and w.demoted[500].low_since is None
+
+
+# -- the starvation guard ------------------------------------------------------------------------
+def starving(n: int, tid: int = 21, **kw):
+    """Runnable all the time, never running."""
+    return [[sample(tid, 5, 1000 * i, **kw)] for i in range(n)]
+
+
+def test_a_starving_thread_is_boosted_after_starve_after() -> None:
+    w = Watch(Preempt(), Guard(starve_after=3.0), PREEMPTIBLE)
+    decisions = feed(w, starving(6))
+    boosted_at = [i for i, d in enumerate(decisions) if d.boost]
+    # first rate at t=1 (starving since t=0); 3 s later, then again 3 s after that
+    assert boosted_at == [3]
+    assert decisions[3].boost[0].key == (21, 7)
+
+
+def test_a_thread_under_a_real_time_spinner_is_starving() -> None:
+    """RT throttling leaves a normal thread 5 % of a CPU under a real-time spinner, and
+    schedstat shows it waiting only about half of the time (measured on 6.18)."""
+    w = Watch(Preempt(), Guard(starve_after=2.0), PREEMPTIBLE)
+    rounds = [[sample(21, 50 * i, 475 * i)] for i in range(4)]
+    assert [i for i, d in enumerate(feed(w, rounds)) if d.boost] == [2]
+
+
+def test_boosts_stay_within_their_budget_longest_starving_first() -> None:
+    w = Watch(Preempt(interval=1.0), Guard(starve_after=1.0, boost_ms=10), PREEMPTIBLE)
+    first = [sample(t, 0, 0) for t in range(100, 120)]
+    w.update(0.0, [sample(t, 0, 0) for t in range(100, 110)], active=True)  # 10 since t=0
+    w.update(1.0, first, active=True)  # 10 more since t=1
+    later = [sample(t, 0, 2000) for t in range(100, 120)]
+    d = w.update(2.0, later, active=True)
+    assert len(d.boost) == 5  # 5 % of a CPU in 10 ms boosts per 1 s round
+    assert {s.key[0] for s in d.boost} <= set(range(100, 110))
+
+
+def test_a_thread_that_runs_a_little_is_not_starving() -> None:
+    w = Watch(Preempt(), Guard(starve_after=2.0), PREEMPTIBLE)
+    rounds = [[sample(21, 200 * i, 800 * i)] for i in range(6)]  # 20 % of a CPU
+    assert not any(d.boost for d in feed(w, rounds))
+
+
+def test_a_sleeping_thread_is_not_starving() -> None:
+    w = Watch(Preempt(), Guard(starve_after=2.0), PREEMPTIBLE)
+    rounds = [[sample(21, 0, 100 * i)] for i in range(6)]  # waited 10 % of the time
+    assert not any(d.boost for d in feed(w, rounds))
+    w = Watch(Preempt(), Guard(starve_after=2.0), PREEMPTIBLE)
+    rounds = [[sample(21, 0, 900 * i, state="RS"[i % 2])] for i in range(6)]  # not always R
+    assert not any(d.boost for d in feed(w, rounds))
+
+
+def test_guard_off_boosts_nothing() -> None:
+    w = Watch(Preempt(), Guard(enabled=False, starve_after=1.0), PREEMPTIBLE)
+    assert not any(d.boost for d in feed(w, starving(5)))
+
+
+def test_a_real_time_runaway_is_found_once() -> None:
+    w = Watch(Preempt(), Guard(rt_runaway_after=2.0, rt_runaway_share=0.9), PREEMPTIBLE)
+    rounds = [[sample(31, 990 * i, 0, layer="comms")] for i in range(6)]
+    decisions = feed(w, rounds, rt_keys={(31, 7)})
+    found = [i for i, d in enumerate(decisions) if d.runaway]
+    assert found == [2]
+    assert (31, 7) in w.runaways
+
+
+def test_a_real_time_thread_that_blocks_is_no_runaway() -> None:
+    w = Watch(Preempt(), Guard(rt_runaway_after=2.0), PREEMPTIBLE)
+    rounds = [[sample(31, 300 * i, 0, layer="comms")] for i in range(8)]
+    assert not any(d.runaway for d in feed(w, rounds, rt_keys={(31, 7)}))
+
+
+def test_a_busy_thread_hostd_did_not_make_real_time_is_no_runaway() -> None:
+    w = Watch(Preempt(), Guard(rt_runaway_after=1.0), PREEMPTIBLE)
+    rounds = [[sample(31, 990 * i, 0, layer="trainer")] for i in range(5)]
+    assert not any(d.runaway for d in feed(w, rounds))
+
+
+# -- which sessions are kept ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("sid", "layers", "tty", "why"),
+    [
+        (0, {"rest"}, False, "the kernel's or init's session"),
+        (1, {"rest"}, False, "the kernel's or init's session"),
+        (77, {"rest"}, False, "hostd's own session"),
+        (500, {"rest"}, True, "an interactive session (it has a controlling terminal)"),
+        (500, {"rest", "trainer"}, False, "it holds threads of the protected layer 'trainer'"),
+        (500, {"system", "rest"}, False, "layer 'system' weighs its sessions itself"),
+        (500, {"rest", "helpers", "compile"}, False, None),
+    ],
+)
+def test_why_kept(sid: int, layers: set[str], tty: bool, why: str | None) -> None:
+    policy = load_default()
+    got = why_kept(
+        sid,
+        layers=layers,
+        tty=tty,
+        own_sid=77,
+        protected=policy.protected,
+        shielding=shielding_layers(policy),
+    )
+    assert got == why if why is None else got.startswith(why)
+
+
+# -- the planner ---------------------------------------------------------------------------------
+def synth_topology(autogroup: bool = True):
+    return dataclasses.replace(synth("1x4x1"), autogroup=autogroup)
+
+
+def _planner(policy, demoted=(), runaways=(), autogroup=True) -> tuple[TaskPlanner, Classifier]:
+    topo = synth_topology(autogroup)
+    p = TaskPlanner(
+        topo,
+        policy,
+        {},
+        topo.online,
+        (),
+        allow_rt=True,
+        demoted=frozenset(demoted),
+        runaways=frozenset(runaways),
+    )
+    return p, Classifier(policy)
+
+
+def _decide(planner: TaskPlanner, classifier: Classifier, task):
+    layer, group = classifier.matched_group(task)
+    return planner.decide(Classified(task, layer.name, group))[0]
+
+
+def test_threads_of_a_demoted_session_get_sched_idle_and_its_leader_nice_19() -> None:
+    policy = load_default()
+    planner, cls = _planner(policy, demoted={700})
+    leader = make_task("stress-ng", pid=700, uid=1000)
+    worker = make_task("stress-ng", pid=701, session=700, uid=1000)
+    other = make_task("stress-ng", pid=801, session=800, uid=1000)
+    tp = _decide(planner, cls, leader)
+    assert (tp.policy, tp.priority, tp.group_nice) == ("idle", None, 19)
+    tp = _decide(planner, cls, worker)
+    assert (tp.policy, tp.group_nice) == ("idle", None)
+    assert _decide(planner, cls, other) is None  # not demoted: rest has nothing to decide
+
+
+def test_a_demoted_sessions_non_preemptible_leader_gets_only_the_session_weight() -> None:
+    """The launcher's session: pt_elastic (helpers) keeps its own policy, its session weighs
+    nice 19, the busy processes it started get SCHED_IDLE."""
+    policy = load_default()
+    planner, cls = _planner(policy, demoted={900})
+    launcher = make_task("pt_elastic", pid=900, uid=0)
+    tp = _decide(planner, cls, launcher)
+    assert (tp.layer, tp.policy, tp.nice, tp.group_nice) == ("helpers", "other", -5, 19)
+    busy = make_task("python3", pid=905, session=900, parent_comm="pt_elastic", uid=0)
+    tp = _decide(planner, cls, busy)
+    assert (tp.layer, tp.policy) == ("rest", "idle")
+
+
+def test_a_rank_leads_its_session_a_busy_sibling_does_not() -> None:
+    policy = load_default()
+    cls = Classifier(policy)
+    rank = make_task("python3", pid=910, parent_comm="pt_elastic", uid=0)
+    sibling = make_task("python3", pid=911, session=900, parent_comm="pt_elastic", uid=0)
+    assert cls.classify(rank).name == "trainer"
+    assert cls.classify(sibling).name == "rest"
+
+
+def test_session_nice_keep_leaves_the_session_weight() -> None:
+    text = b"""version = 1
+[preempt]
+session_nice = "keep"
+[[layer]]
+name = "job"
+comment = "c"
+match = [[{ uid = 0 }]]
+preempt = true
+[[layer]]
+name = "rest"
+comment = "c"
+match = [[]]
+preemptible = true
+"""
+    policy = parse_policy(text, "<t>")
+    planner, cls = _planner(policy, demoted={700})
+    tp = _decide(planner, cls, make_task("x", pid=700, uid=1000))
+    assert (tp.policy, tp.group_nice) == ("idle", None)
+
+
+def test_no_autogroups_no_session_weight() -> None:
+    planner, cls = _planner(load_default(), demoted={700}, autogroup=False)
+    tp = _decide(planner, cls, make_task("x", pid=700, uid=1000))
+    assert (tp.policy, tp.group_nice) == ("idle", None)
+
+
+def test_a_runaway_real_time_thread_gets_normal_scheduling() -> None:
+    policy = load_default()
+    comm = make_task("gloo_tcp_loop", pid=910, tid=915, leader=False, uid=0)
+    comm.process = type(comm.process)(**{**_fields(comm.process), "parent_comm": "pt_elastic"})
+    planner, cls = _planner(policy)
+    assert _decide(planner, cls, comm).policy == "fifo"
+    planner, cls = _planner(policy, runaways={comm.key})
+    tp = _decide(planner, cls, comm)
+    assert (tp.policy, tp.priority, tp.nice) == ("other", None, -20)
+
+
+def _fields(proc) -> dict:
+    return {f: getattr(proc, f) for f in proc.__dataclass_fields__}
+
+
+def test_plan_carries_the_demoted_sessions() -> None:
+    policy = load_default()
+    topo = synth_topology()
+    tasks = [make_task("stress-ng", pid=700, uid=1000)]
+    p = plan(topo, Classifier(policy).classify_all(tasks), policy, demoted_sessions={700})
+    assert p.demoted == (700,)
+    assert p.to_json()["demoted_sessions"] == [700]
+    assert [t.policy for t in p.tasks] == ["idle"]
+
+
+# -- explanations ----------------------------------------------------------------------------------
+def test_explain_says_what_preemptible_means_and_what_is_live() -> None:
+    policy = load_default()
+    lines = explain(policy, "rest", tid=5, session=500, kept_because=None, live=None)
+    assert "preemptible" in lines[0] and "SCHED_IDLE" in lines[0] and "nice 19" in lines[0]
+    live = {
+        "active": True,
+        "demoted": [{"session": 500, "seconds": 12, "demand_at_demotion": 1.5}],
+        "recent": [{"tid": 5, "what": "boost", "why": "runnable for 5 s without running"}],
+    }
+    lines = explain(policy, "rest", tid=5, session=500, kept_because=None, live=live)
+    assert any("DEMOTED" in ln and "1.50 CPUs" in ln for ln in lines)
+    assert any("guard: boost" in ln for ln in lines)
+    lines = explain(policy, "rest", tid=5, session=500, kept_because="an interactive session")
+    assert any("never demoted: an interactive session" in ln for ln in lines)
+    assert "preempt:" in explain(policy, "trainer", tid=5, session=5, kept_because=None)[0]
+    assert explain(policy, "system", tid=5, session=5, kept_because=None) == []
+
+
+def test_the_boost_beats_every_real_time_layer() -> None:
+    from hostd.agent.watch import boost_value
+
+    assert boost_value(load_default()) == ["fifo", 21, True]  # comms is fifo 20
+
+
+def test_bursts_of_the_fair_server_do_not_hide_starvation() -> None:
+    """Sampled every 0.2 s, a thread under a real-time hog runs 50 ms once a second: some
+    rounds show 25 % run, the window since it became runnable shows 5 %."""
+    w = Watch(Preempt(interval=0.2), Guard(starve_after=1.0), PREEMPTIBLE)
+    run = wait = 0.0
+    boosted = []
+    for i in range(16):
+        if i and i % 5 == 0:
+            run += 50
+        wait += 95
+        d = w.update(i * 0.2, [sample(21, run, wait)], active=True)
+        if d.boost:
+            boosted.append(i)
+    assert boosted and boosted[0] <= 6
