@@ -1,10 +1,13 @@
 """``hostd demo``: a one-minute version of the trainer benchmark, with nothing to install.
 
-It runs a stand-in training job three times, interleaved: alone, under CPU contention, and under
-the same contention with ``hostd run`` (the embedded default policy, scoped to the job); then
-prints steps/s relative to the job alone and, per arm, which layers of the job waited for a CPU
-(``hostd.stats``). Everything it starts is killed and the agent restores what it changed when
-the demo ends, on an error and on Ctrl-C (the agent's own SIGTERM path).
+It runs a stand-in training job four times: alone, under CPU contention, under the same
+contention with ``hostd run`` on the embedded default policy with preemption switched off
+(``[preempt] enabled = false``: the ranks' session weight and real-time comm threads only), and
+with the default policy as shipped (the contention's session is demoted: SCHED_IDLE, session
+nice 19); the agent is scoped to the job and the contention. Then it prints steps/s relative to
+the job alone and, per arm, which layers of the job waited for a CPU (``hostd.stats``).
+Everything it starts is killed and the agent restores what it changed when the demo ends, on an
+error and on Ctrl-C (the agent's own SIGTERM path).
 
 The stand-in job is a process tree shaped and named like ``torchrun`` running PyTorch DDP
 (FACTS.md): a launcher renamed ``pt_elastic`` with a (here idle) ``pt_tcpstore_uv`` thread;
@@ -324,7 +327,8 @@ def layer_summary(stats) -> dict[str, dict[str, float]]:
 
 
 # -- the demo ----------------------------------------------------------------------------------
-ARMS = ("alone", "contended", "contended + hostd")
+ARMS = ("alone", "contended", "contended + hostd, share only", "contended + hostd")
+SHARE_ONLY = b"\n[preempt]\nenabled = false\n"  # appended to the default policy
 
 
 def run_job(
@@ -368,10 +372,21 @@ class _Arm:
         self.sampler: threading.Thread | None = None
 
     def started(self, launcher: int) -> None:
-        """The job is up: start the agent (scoped to it) and wait for its first pass; then
-        start the statistics sampler (the job counts from here, after its warm-up)."""
-        if self.name.endswith("hostd"):
-            self.agent = AgentProc(self.workdir / "agent", scope=[launcher])
+        """The job is up: start the agent (scoped to the job and the contention) and wait for
+        its first pass; then start the statistics sampler (the job counts from here, after its
+        warm-up)."""
+        if "hostd" in self.name:
+            policy = None
+            if self.name.endswith("share only"):
+                from hostd.policy import default_policy_bytes
+
+                policy = self.workdir / "share-only.toml"
+                policy.write_bytes(default_policy_bytes() + SHARE_ONLY)
+                policy.chmod(0o600)
+            scope = [launcher] + ([self.contention.proc.pid] if self.contention else [])
+            self.agent = AgentProc(
+                self.workdir / "agent", policy=policy and str(policy), scope=scope
+            )
             self.agent.wait_passes(1)
         self.sampler = threading.Thread(target=self._sample, args=(launcher,), daemon=True)
         self.sampler.start()
@@ -397,6 +412,12 @@ class _Arm:
             return {}, f"sampling failed: {self.stats[0]}"
         return layer_summary(self.stats[0]), None
 
+    def demoted(self) -> int:
+        """How many sessions the agent demoted in this arm."""
+        if self.agent is None:
+            return 0
+        return (self.agent.status().get("preempt") or {}).get("counts", {}).get("demotions", 0)
+
     def stop(self) -> str:
         log = self.agent.stop() if self.agent is not None else ""
         if self.contention is not None:
@@ -405,7 +426,7 @@ class _Arm:
 
 
 def demo(seconds: float, ranks: int, say) -> list[dict]:
-    """Run the three arms; ``say(text)`` reports progress. Returns one row per arm."""
+    """Run the four arms; ``say(text)`` reports progress. Returns one row per arm."""
     step, batch = calibrate(20), calibrate(4)
     warmup = 2.0
     hogs = 2 * len(os.sched_getaffinity(0))
@@ -417,6 +438,7 @@ def demo(seconds: float, ranks: int, say) -> list[dict]:
             try:
                 result = run_job(ranks, warmup, seconds, step, batch, on_start=arm.started)
                 layers, sample_error = arm.layers()
+                demoted = arm.demoted()
             finally:
                 log = arm.stop()
             if " ERROR " in log:
@@ -430,6 +452,7 @@ def demo(seconds: float, ranks: int, say) -> list[dict]:
                     "contention": f"{hogs} x {arm.contention.tool}" if arm.contention else "",
                     "layers": layers,
                     "sample_error": sample_error,
+                    "demoted_sessions": demoted,
                 }
             )
     return rows

@@ -5,7 +5,9 @@ true`` (work that yields). While a protected layer has threads, the agent measur
 ``[preempt] interval`` seconds, what each thread of the host wanted from the scheduler: its run
 time plus its run-queue wait (``/proc/PID/task/TID/schedstat``), as a share of one CPU. A
 *session* (setsid(2); with autogroups on, also the kernel's CPU-sharing group) whose preemptible
-threads together want ``busy`` CPUs or more is **demoted**: each of its preemptible threads
+threads together want ``busy`` CPUs or more is **demoted** (work in processes that live less than
+an interval, a build's compilers, is counted by the CPU time of the session's processes: their
+own, and that of the children they waited for): each of its preemptible threads
 becomes SCHED_IDLE, which a waking thread of any other policy preempts at once (sched(7)), and
 the session's autogroup nice goes to ``session_nice`` (19), because CFS first shares the CPUs
 between autogroups by their weight and a SCHED_IDLE thread does not lower its session's
@@ -129,7 +131,7 @@ class Watch:
         self._last: dict[Key, tuple[float, int, int, str]] = {}
         self._starving: dict[Key, tuple[float, int, int]] = {}  # window start, run, wait
         self._last_seen: dict[Key, tuple[int, int]] = {}  # run, wait at the previous sample
-        self._hot: dict[Key, float] = {}
+        self._hot: dict[Key, tuple[float, int, int]] = {}  # window start, run
 
     def configure(self, preempt: Preempt, guard: Guard, preemptible: frozenset[str]) -> None:
         """A reloaded policy: new settings, the same state."""
@@ -169,12 +171,16 @@ class Watch:
         rt_keys: frozenset[Key] | set[Key] = frozenset(),
         kept: Callable[[int], str | None] = lambda sid: None,
         sessions_alive: Callable[[int], bool] = lambda sid: True,
+        process_demand: Mapping[int, float] | None = None,
     ) -> Decisions:
         """Decide from one round of samples taken at ``now`` (monotonic seconds).
 
         ``active``: a protected layer has threads. ``rt_keys``: threads hostd made real-time.
         ``kept(sid)``: why a session may not be demoted (None: it may). ``sessions_alive``:
-        whether a demoted session still has processes.
+        whether a demoted session still has processes. ``process_demand``: CPUs that each
+        session's preemptible processes used since the last round, counted per process (their
+        own CPU time and their reaped children's): it sees work in processes that lived less
+        than a round, which per-thread samples miss; a session's demand is the larger of both.
         """
         rates = self.rates(now, samples)
         out = Decisions()
@@ -186,6 +192,8 @@ class Watch:
             if s.layer in self.preemptible:
                 run, wait = rates.get(s.key, (0.0, 0.0))[:2]
                 demand[s.session] = demand.get(s.session, 0.0) + run + wait
+        for sid, used in (process_demand or {}).items():
+            demand[sid] = max(demand.get(sid, 0.0), used)
         for sid, dem in list(self.demoted.items()):
             if not active:
                 out.release.append((sid, "no protected layer has threads"))
@@ -219,17 +227,14 @@ class Watch:
         g = self.guard
         by_key = {s.key: s for s in samples}
         starving: dict[Key, tuple[float, int, int]] = {}
-        hot = {}
+        hot: dict[Key, tuple[float, int, int]] = {}
         due: list[tuple[float, Key]] = []
-        for key, (run, _wait, dt, runnable) in rates.items():
+        for key, (_, _, dt, runnable) in rates.items():
             s = by_key[key]
             if runnable:
                 # Judged over the whole window since it was first seen runnable: the kernel's
                 # fair server runs a thread under a real-time hog in 50 ms bursts a second.
-                since, run0, wait0 = self._starving.get(key, (now - dt, -1, -1))
-                if run0 < 0:
-                    prev = self._last_seen[key]
-                    run0, wait0 = prev
+                since, run0, wait0 = self._starving.get(key, (now - dt, *self._last_seen[key]))
                 span = now - since
                 if span >= g.starve_after:
                     ran = (s.run_ns - run0) / 1e9 / span
@@ -239,13 +244,17 @@ class Watch:
                     else:
                         since, run0, wait0 = now, s.run_ns, s.wait_ns  # it ran: a new window
                 starving[key] = (since, run0, wait0)
-            if key in rt_keys and key not in self.runaways and run >= g.rt_runaway_share:
-                since = self._hot.get(key, now - dt)
-                if now - since >= g.rt_runaway_after:
-                    self.runaways.add(key)
-                    out.runaway.append(s)
-                else:
-                    hot[key] = since
+            if key in rt_keys and key not in self.runaways:
+                # Judged over the window too (the fair server's bursts, again).
+                since, run0, _ = self._hot.get(key, (now - dt, *self._last_seen[key]))
+                span = now - since
+                if span >= g.rt_runaway_after:
+                    if (s.run_ns - run0) / 1e9 / span >= g.rt_runaway_share:
+                        self.runaways.add(key)
+                        out.runaway.append(s)
+                        continue
+                    since, run0 = now, s.run_ns  # it gave the CPU back: a new window
+                hot[key] = (since, run0, 0)
         # The longest-starving first, within the boost budget; the others wait for a next round.
         budget = max(1, int(BOOST_BUDGET * self.preempt.interval / (g.boost_ms / 1000)))
         for _, key in sorted(due)[:budget]:

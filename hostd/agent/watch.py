@@ -15,8 +15,10 @@ threads, one ``/proc/PID/task/TID/schedstat`` and one ``stat`` (its state) per t
 * **release** it: the record is restored first (a sweep of every SCHED_IDLE thread born in the
   session since), then its threads are decided again, which gives back their own records;
 * **boost** a starving thread: SCHED_FIFO one priority above the policy's real-time layers
-  (journaled like any write) for ``boost_ms``, then the thread is decided again; where
-  real-time is not allowed, a demoted thread gets its original policy back for that time;
+  (journaled like any write) for ``boost_ms``, then the thread is decided again; the agent's
+  own thread is SCHED_FIFO one above that while a boost is on, so that it wakes on time to end
+  it, and at most all CPUs but one are boosted at once; where real-time is not allowed, a
+  demoted thread gets its original policy back for that time;
 * **runaway**: the real-time thread is decided again as SCHED_OTHER at nice -20.
 
 Its own cost is measured; the interval is stretched to 20 times it (at most 5 % of a CPU).
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from hostd.tasks import Task
 
 log = logging.getLogger("hostd")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def boost_value(policy: Policy) -> list:
@@ -63,6 +66,8 @@ class WatchLoop:
         self.since: dict[int, int] = {}  # demoted session -> the tick it was demoted at
         self.typical: dict[int, list] = {}  # demoted session -> its threads' original policy
         self._cpu: dict[int, tuple[int, int]] = {}  # pid -> (start time, CPU ticks)
+        self._cpu_ticks = 0  # boot ticks when ``_cpu`` was read
+        self._rt_self = False  # the agent holds SCHED_FIFO while a boost is on
         self.counters: Counter[str] = Counter()
         self.recent: deque[dict] = deque(maxlen=20)
         self._own_sid = os.getsid(0)
@@ -94,8 +99,30 @@ class WatchLoop:
             for key in ended:
                 del self.boosted[key]
             self._redecide([t for key in ended if (t := self._task(key)) is not None])
+            if not self.boosted:
+                self._hold_rt(False)
         if now >= self.due:
             self.tick(now)
+
+    def _hold_rt(self, on: bool) -> bool:
+        """The agent's own thread SCHED_FIFO, one above the boost, while a boost is on: the
+        boosted thread may spin, and only the agent, waking on time, ends its boost (else RT
+        throttling would, after up to 0.95 s: measured, BENCHMARKS.md). Its own process: not
+        journaled (the kernel forgets it with the process)."""
+        if on == self._rt_self:
+            return True
+        try:
+            if on:
+                prio = min(99, boost_value(self.agent.policy)[1] + 1)
+                flags = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+                os.sched_setscheduler(0, flags, os.sched_param(prio))
+            else:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError as exc:
+            log.info("guard agent real-time %s refused (%s)", "on" if on else "off", exc)
+            return False
+        self._rt_self = on
+        return True
 
     # -- a tick ----------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -108,9 +135,10 @@ class WatchLoop:
         rt = self.rt_keys()
         if not (active or self.watch.demoted or (rt and agent.policy.guard.enabled)):
             self._cpu.clear()
+            self._cpu_ticks = 0
             return
         started = time.perf_counter()
-        samples, sessions = self.sample(rt)
+        samples, sessions, used = self.sample(rt)
         decisions = self.watch.update(
             now,
             samples,
@@ -118,6 +146,7 @@ class WatchLoop:
             rt_keys=rt,
             kept=lambda sid: self.kept(sid, sessions),
             sessions_alive=lambda sid: sid in sessions,
+            process_demand=used,
         )
         for dem in decisions.demote:
             self.demote(dem.sid, dem.demand, sessions)
@@ -132,14 +161,22 @@ class WatchLoop:
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
         self.due = now + max(interval, 20 * self.cost)
 
-    def sample(self, rt: set[Key]) -> tuple[list[Sample], dict[int, list[int]]]:
-        """Schedstat samples of the threads worth a look, and every session's processes."""
+    def sample(self, rt: set[Key]) -> tuple[list[Sample], dict[int, list[int]], dict[int, float]]:
+        """Schedstat samples of the threads worth a look, every session's processes, and the
+        CPUs each session's preemptible processes used since the last tick (their own CPU time
+        and their reaped children's: a compiler that lived a tenth of a second shows in its
+        parent's)."""
         agent = self.agent
         cache, host, demoted = agent.cache, agent.host, self.watch.demoted
+        preemptible = agent.policy.preemptible
         rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
         sessions: dict[int, list[int]] = {}
+        used: dict[int, float] = {}
         looked: list[int] = []
         cpu: dict[int, tuple[int, int]] = {}
+        now_ticks = host.ticks_now()
+        since = self._cpu_ticks  # boot ticks at the last tick (0: none yet)
+        span = (now_ticks - since) / CLK_TCK if since else 0.0
         for pid, proc in cache.procs.items():
             if proc.is_kthread or pid in agent.exclude:
                 continue
@@ -147,13 +184,29 @@ class WatchLoop:
             got = host.process_cpu(pid)
             if got is None:
                 continue
-            state, ticks = got
+            state, ticks, reaped = got
+            total = ticks + reaped
             prev = self._cpu.get(pid)
-            cpu[pid] = (proc.start_time, ticks)
-            ran = prev is not None and prev[0] == proc.start_time and ticks != prev[1]
+            cpu[pid] = (proc.start_time, total)
+            same = prev is not None and prev[0] == proc.start_time
+            ran = same and total != prev[1]
             if ran or state == "R" or proc.session in demoted or pid in rt_pids:
                 looked.append(pid)
+            if span <= 0:
+                continue
+            item = agent.classified.get(pid)
+            if item is None or item.layer not in preemptible:
+                continue
+            if same:
+                delta = total - prev[1]
+            elif proc.start_time >= since:  # born since the last tick: all of it is new
+                delta = total
+            else:
+                continue
+            if delta > 0:
+                used[proc.session] = used.get(proc.session, 0.0) + delta / CLK_TCK / span
         self._cpu = cpu
+        self._cpu_ticks = now_ticks
         samples: list[Sample] = []
         for pid in looked:
             session = cache.procs[pid].session
@@ -168,7 +221,7 @@ class WatchLoop:
                         Sample(task.key, pid, session, item.layer, got[0], got[1], state)
                     )
         self.counters["samples"] += len(samples)
-        return samples, sessions
+        return samples, sessions, used
 
     def kept(self, sid: int, sessions: dict[int, list[int]]) -> str | None:
         agent = self.agent
@@ -325,7 +378,10 @@ class WatchLoop:
         if agent.planner is None or task is None or s.key in self.boosted:
             return
         key = knobs.task_key(task.tid, task.start_time, "sched")
-        if agent.caps.rt:
+        if len(self.boosted) >= max(1, len(os.sched_getaffinity(0)) - 1):
+            self.counters["boosts_deferred"] += 1
+            return  # never every CPU at once: the others wait for a next round
+        if agent.caps.rt and self._hold_rt(True):
             override: dict = {key: boost_value(agent.policy)}
         elif key in agent.journal:  # no real-time here: its own policy back for a moment
             override = {key: agent.journal.original(key)}
@@ -352,6 +408,7 @@ class WatchLoop:
         self.watch.release_all()
         self.watch.runaways.clear()
         self.boosted.clear()
+        self._hold_rt(False)
         self.session_keys.clear()
         self.since.clear()
         self.typical.clear()

@@ -23,7 +23,8 @@ def demo(
     as_json: bool = JsonOpt,
 ) -> None:
     """Show the effect: a stand-in training job alone, under CPU contention, and under the same
-    contention with hostd's default policy (about a minute; everything is restored after)."""
+    contention with hostd's default policy, without and with preemption (about a minute and a
+    half; everything is restored after)."""
     if os.geteuid() != 0:
         fail("hostd demo needs root: the hostd arm changes scheduling of the demo's own job")
     if not (1 <= seconds <= 600) or not (1 <= ranks <= 64):
@@ -57,10 +58,13 @@ def demo(
         f"contention: {rows[1]['contention']} in a session of their own; 'wait' is the share of"
         " its runnable time a layer spent waiting on a run queue (hostd stats)."
     )
-    if rows[2]["steps_per_s"] and rows[1]["steps_per_s"]:
+    if alone and all(row["steps_per_s"] for row in rows[1:]):
+        share, full = rows[2]["steps_per_s"] / alone, rows[3]["steps_per_s"] / alone
         out.print(
             f"hostd's default policy took the job from {rows[1]['steps_per_s'] / alone:.2f} to "
-            f"{rows[2]['steps_per_s'] / alone:.2f} of its speed alone. Everything is restored."
+            f"{full:.2f} of its speed alone ({share:.2f} with a bigger share only; preemption "
+            f"demoted {rows[3]['demoted_sessions']} busy session(s): SCHED_IDLE, session nice "
+            "19). Everything is restored."
         )
     for row in rows:
         if row["error"]:

@@ -276,14 +276,15 @@ class Host:
         except (ValueError, IndexError):
             return None
 
-    def process_cpu(self, pid: int) -> tuple[str, int] | None:
-        """A process's (leader's state letter, CPU clock ticks of all its threads), or None."""
+    def process_cpu(self, pid: int) -> tuple[str, int, int] | None:
+        """A process's (leader's state letter, CPU clock ticks of all its threads, CPU clock
+        ticks of its children it has waited for: proc(5) cutime + cstime), or None."""
         text = self.read_quiet(f"proc/{pid}/stat")
         if not text:
             return None
         try:
             _, rest = split_stat(text)
-            return rest[0], int(rest[11]) + int(rest[12])
+            return rest[0], int(rest[11]) + int(rest[12]), int(rest[13]) + int(rest[14])
         except (ValueError, IndexError):
             return None
 

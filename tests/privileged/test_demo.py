@@ -1,4 +1,4 @@
-"""``hostd demo`` on the live kernel: the three arms run, report, and leave nothing behind, also
+"""``hostd demo`` on the live kernel: the four arms run, report, and leave nothing behind, also
 when interrupted with Ctrl-C (SIGINT) while the agent is applying."""
 
 from __future__ import annotations
@@ -47,14 +47,19 @@ def _host() -> dict:
     return {"irqs": irqs, "cpusets": cpusets}
 
 
-def test_demo_runs_three_arms_and_restores():
+def test_demo_runs_four_arms_and_restores():
     before = _host()
     proc = subprocess.run(
         [*HOSTD, "demo", "--seconds", "2", "--json"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    assert [r["arm"] for r in rows] == ["alone", "contended", "contended + hostd"]
+    assert [r["arm"] for r in rows] == [
+        "alone",
+        "contended",
+        "contended + hostd, share only",
+        "contended + hostd",
+    ]
     for row in rows:
         assert row["error"] is None and row["steps_per_s"] > 0, row
     assert rows[0]["contention"] == "" and rows[1]["contention"].startswith(
@@ -62,9 +67,11 @@ def test_demo_runs_three_arms_and_restores():
     )
     # The stand-in job is classified as the default policy sees a torchrun job.
     assert all(row["sample_error"] is None for row in rows), rows
-    layers = rows[2]["layers"]
-    assert layers["trainer"]["threads"] >= 2 and layers["comms"]["threads"] >= 2
-    assert layers["data"]["threads"] >= 2 and layers["trainer"]["cpu"] > 0
+    for layers in (rows[2]["layers"], rows[3]["layers"]):
+        assert layers["trainer"]["threads"] >= 2 and layers["comms"]["threads"] >= 2
+        assert layers["data"]["threads"] >= 2 and layers["trainer"]["cpu"] > 0
+    # The contention's session is demoted with preemption on, never with it off.
+    assert rows[2]["demoted_sessions"] == 0 and rows[3]["demoted_sessions"] >= 1
     wait_for(lambda: not _leftovers(), "the demo's processes are gone", timeout=30)
     assert _host() == before
 

@@ -121,6 +121,8 @@ class Sandbox:
         assert self.proc.stdout is not None
         self.pids: dict[str, int] = json.loads(self.proc.stdout.readline())
         self.root = self.proc.pid
+        if "busy" in roles:
+            wait_for(lambda: len(self.kids("busy")) == 1, "the busy session's worker")
 
     def __enter__(self) -> Sandbox:
         return self
@@ -235,7 +237,6 @@ def _back_as_before(box: Sandbox, before: dict[int, tuple], born: list[int]) -> 
 
 def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_path):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
         before = box.threads()
         agent = _start_demoted(tmp_path, box)
         try:
@@ -260,7 +261,6 @@ def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_p
 
 def test_kill_9_then_restore_also_restores_what_was_born_after_the_crash(tmp_path):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
         before = box.threads()
         agent = _start_demoted(tmp_path, box)
         born = box.more()
@@ -276,7 +276,6 @@ def test_kill_9_then_restore_also_restores_what_was_born_after_the_crash(tmp_pat
 
 def test_the_session_is_released_when_the_job_leaves(tmp_path):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
         before = box.threads()
         agent = _start_demoted(tmp_path, box)
         try:
@@ -307,7 +306,6 @@ def test_the_session_is_released_when_the_job_leaves(tmp_path):
 
 def test_observe_mode_decides_but_changes_nothing(tmp_path):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        wait_for(lambda: len(box.kids("busy")) == 1, "the busy session's worker")
         before = box.threads()
         agent = Agent(tmp_path, box.root, "--mode", "observe")
         try:

@@ -378,3 +378,13 @@ def test_bursts_of_the_fair_server_do_not_hide_starvation() -> None:
         if d.boost:
             boosted.append(i)
     assert boosted and boosted[0] <= 6
+
+
+def test_short_lived_processes_count_through_their_sessions_cpu_time() -> None:
+    """A build's compilers live less than a round: no thread of theirs has two samples, but the
+    CPU time of the session's processes (and of the children they reaped) shows the work."""
+    w = watch(busy=0.5)
+    d = w.update(0.0, [], active=True, process_demand={600: 1.7})
+    assert [(x.sid, x.demand) for x in d.demote] == [(600, 1.7)]
+    w = watch(busy=0.5)
+    assert not w.update(0.0, [], active=True, process_demand={600: 0.3}).demote

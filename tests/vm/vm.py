@@ -331,8 +331,9 @@ class TierRun:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _run_script(work: Path, args: list[str]) -> str:
-    """run.sh: the inner pytest, with the outer interpreter (its venv is visible read-only)."""
+def _run_script(work: Path, args: list[str], command: list[str] | None = None) -> str:
+    """run.sh: the inner pytest, with the outer interpreter (its venv is visible read-only);
+    ``command``: that command instead (``vm.py exec``), its output in the same log."""
     python = shlex.quote(sys.executable)
     venv_bin = shlex.quote(str(Path(sys.executable).parent))
     repo, log, rc = (shlex.quote(str(p)) for p in (REPO, work / "pytest.log", work / "rc"))
@@ -346,6 +347,9 @@ def _run_script(work: Path, args: list[str]) -> str:
             *args,
         ]
     )
+    inner = f"{python} -m pytest {pytest_args}"
+    if command is not None:
+        inner = " ".join(shlex.quote(word) for word in command)
     return f"""#!/bin/sh
 # Written by tests/vm/vm.py; runs inside the VM, chrooted into this machine's read-only /.
 export HOSTD_IN_VM=1 TMPDIR=/dev/shm HOME=/dev/shm
@@ -355,7 +359,7 @@ unset PYTHONDONTWRITEBYTECODE
 export PATH={venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PYTHONPATH={repo}
 cd {repo}
-{python} -m pytest {pytest_args} > {log} 2>&1
+{inner} > {log} 2>&1
 echo $? > {rc}
 """
 
@@ -400,7 +404,12 @@ def _float(path: Path) -> float | None:
         return None
 
 
-def run_tier(work: Path, args: list[str] | None = None, timeout: float = BOOT_TIMEOUT_S) -> TierRun:
+def run_tier(
+    work: Path,
+    args: list[str] | None = None,
+    timeout: float = BOOT_TIMEOUT_S,
+    command: list[str] | None = None,
+) -> TierRun:
     """Boot the VM once and run the inner tier in it. Raises Unavailable if it cannot boot here.
 
     ``work`` must be an empty folder that is visible at the same path through this machine's
@@ -416,7 +425,7 @@ def run_tier(work: Path, args: list[str] | None = None, timeout: float = BOOT_TI
         raise Unavailable(
             f"the work folder {work!r} has a blank or a comma (QEMU, kernel command line)"
         )
-    (work / "run.sh").write_text(_run_script(work, args or [INSIDE, *extra_args()]))
+    (work / "run.sh").write_text(_run_script(work, args or [INSIDE, *extra_args()], command))
     initramfs = work / "initramfs.cpio"
     build_initramfs(initramfs, pre.busybox, pre.modules)
     cmd = qemu_command(pre, work, initramfs)
@@ -466,7 +475,13 @@ def main(argv: list[str]) -> int:
         print(result.log or result.console)
         print(f"vm: wall {result.wall_s:.1f} s, boot {result.boot_s} s, tests {result.tests_s} s")
         return 1 if result.rc is None else result.rc
-    print("usage: vm.py install [CACHE] | run [PYTEST ARGS]", file=sys.stderr)
+    if argv[:1] == ["exec"] and len(argv) > 1:  # any command inside: vm.py exec python bench/..
+        work = Path(tempfile.mkdtemp(prefix="hostd-vm-"))
+        timeout = float(os.environ.get("HOSTD_VM_TIMEOUT", 3600))
+        result = run_tier(work, command=argv[1:], timeout=timeout)
+        print(result.log or result.console)
+        return 1 if result.rc is None else result.rc
+    print("usage: vm.py install [CACHE] | run [PYTEST ARGS] | exec COMMAND...", file=sys.stderr)
     return 2
 
 

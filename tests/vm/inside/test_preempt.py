@@ -1,0 +1,54 @@
+"""Preemptible work on a cgroup-v2 kernel: a busy session in a cgroup of its own is demoted
+while the job runs, and everything is back after ``kill -9`` of the agent and ``hostd restore``.
+
+The same sandbox as tests/privileged/test_preempt.py (an idle protected "job" process and a
+busy session), with the busy session in a v2 cgroup of its own, as another tenant's container
+or a systemd scope would be: hostd demotes its threads (SCHED_IDLE) and its session's autogroup
+in place, and never moves it out of that cgroup. Threads born in it while no agent runs are put
+back by the session record.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from pathlib import Path
+
+from tests import agentproc
+from tests.agentproc import Agent
+from tests.privileged.test_preempt import POLICY, Sandbox, _back_as_before, _demoted, _policy
+from tests.vm.inside.conftest import hostd_here
+
+wait_for = functools.partial(agentproc.wait_for, timeout=180)
+
+
+def cgroup_of(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return ""
+
+
+def test_a_busy_session_in_a_cgroup_of_its_own_is_demoted_and_restored_after_kill_9(
+    tmp_path, v2, kernel_state
+):
+    group = v2.create("hostd-vmtest-tenant")
+    with Sandbox(tmp_path, ["job", "busy"], cpu=3) as box:
+        busy = [box.pids["busy"], *box.kids("busy")]
+        for pid in busy:
+            v2.move(pid, group)
+        before = box.threads()
+        agent = Agent(tmp_path, box.root, policy=POLICY)
+        try:
+            agent.wait_passes(1, timeout=300)
+            wait_for(lambda: _demoted(box), "the busy session demoted", agent)
+            assert {cgroup_of(pid) for pid in busy} == {f"/{group}"}  # it stays in its cgroup
+            born = box.more()
+            assert all(_policy(t) == os.SCHED_IDLE for t in born)
+        finally:
+            log = agent.stop(signal.SIGKILL)
+        assert "Traceback" not in log, log
+        born += box.more()  # born while no agent runs
+        hostd_here("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        _back_as_before(box, before, born)
