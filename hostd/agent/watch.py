@@ -33,7 +33,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 from hostd import knobs
-from hostd.plan import may_touch
+from hostd.plan import NORMAL_POLICIES, may_touch
 from hostd.policy import Policy
 from hostd.preempt import Key, Sample, Watch, demoted_summary, shielding_layers, why_kept
 from hostd.reconcile import Observed, PassReport, desired_for_tasks, restore_keys
@@ -308,7 +308,7 @@ class WatchLoop:
         originals: Counter[tuple] = Counter()
         for task in tasks:
             item = agent.classified.get(task.tid)
-            if item is None or item.layer not in preemptible:
+            if item is None or item.layer not in preemptible or task.policy not in NORMAL_POLICIES:
                 continue
             key = knobs.task_key(task.tid, task.start_time, "sched")
             orig = journal.original(key) if key in journal else None

@@ -44,5 +44,24 @@ def show(policy: str = PolicyOpt) -> None:
             "(" + (" and ".join(pr.describe() for pr in g) or "everything") + ")"
             for g in layer.match
         )
-        out.print(f"[bold]{layer.name}[/] ({layer.kind}): {groups}")
+        role = ""
+        if layer.preempt:
+            role = ", preempts"
+        elif layer.name in p.preemptible:
+            role = ", preemptible"
+        out.print(f"[bold]{layer.name}[/] ({layer.kind}{role}): {groups}")
         out.print(f"    {layer.comment}")
+    if p.preemptible:
+        pre = p.preempt
+        nice = "keep" if pre.session_nice is None else pre.session_nice
+        out.print(
+            f"\\[preempt] busy = {pre.busy:g} CPUs, interval = {pre.interval:g} s, release_after = "
+            f"{pre.release_after:g} s, session_nice = {nice}"
+        )
+    if p.guard.enabled:
+        g = p.guard
+        out.print(
+            f"\\[guard] starve_after = {g.starve_after:g} s, boost_ms = {g.boost_ms:g}, "
+            f"rt_runaway_after = {g.rt_runaway_after:g} s, rt_runaway_share = "
+            f"{g.rt_runaway_share:g}"
+        )

@@ -57,6 +57,7 @@ from hostd.tasks import Process
 from hostd.topology import Topology
 
 PLAN_FORMAT = 1
+NORMAL_POLICIES = (0, 3, 5)  # SCHED_OTHER, SCHED_BATCH, SCHED_IDLE (include/uapi/linux/sched.h)
 _MISSING = object()
 
 
@@ -750,7 +751,9 @@ class TaskPlanner:
             # It kept a CPU busy as real-time for too long (hostd.preempt): normal scheduling.
             sched_policy, priority, nice, reset = "other", None, -20, False
         demoted = task.process.session in self.demoted
-        if demoted and layer.name in self.preemptible:
+        if demoted and layer.name in self.preemptible and task.policy in NORMAL_POLICIES:
+            # Only threads of the normal classes yield: another's real-time or deadline thread
+            # keeps what its owner chose.
             sched_policy, priority, reset = "idle", None, False
         group_nice = None
         if self.topo.autogroup and task.tid == task.pid == task.process.session:

@@ -88,6 +88,8 @@ def _sweep(host: Host, key: str, value: object) -> None:
     if not isinstance(value, dict) or not isinstance(value.get("sched"), list):
         raise HostError(errno.EINVAL, key, f"a session record needs a sched value, not {value!r}")
     policy, prio, reset = value["sched"]
+    if policy not in ("other", "batch", "idle", "fifo", "rr"):
+        raise HostError(errno.EINVAL, key, f"a session record with policy {policy!r}")
     leader_start = value.get("leader_start")
     procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, session, start time)
     for entry in host.listdir("proc"):

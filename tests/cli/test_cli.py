@@ -142,3 +142,10 @@ def test_policy_check_mixed_exit_2(tmp_path):
 def test_policy_show_default_is_the_shipped_file():
     shown = hostd("policy", "show").stdout
     assert shown == (REPO / "policies" / "training.toml").read_text()
+
+
+def test_policy_show_says_who_preempts_and_the_preemption_settings():
+    shown = hostd("policy", "show", "--policy", str(REPO / "policies" / "training.toml")).stdout
+    assert "trainer (grouped, preempts)" in shown and "rest (open, preemptible)" in shown
+    assert "[preempt] busy = 0.5 CPUs" in shown and "session_nice = 19" in shown
+    assert "[guard] starve_after = 5 s" in shown

@@ -388,3 +388,11 @@ def test_short_lived_processes_count_through_their_sessions_cpu_time() -> None:
     assert [(x.sid, x.demand) for x in d.demote] == [(600, 1.7)]
     w = watch(busy=0.5)
     assert not w.update(0.0, [], active=True, process_demand={600: 0.3}).demote
+
+
+def test_another_owners_real_time_thread_in_a_demoted_session_keeps_its_policy() -> None:
+    planner, cls = _planner(load_default(), demoted={700})
+    rt = make_task("spinner", pid=700, uid=1000)
+    rt.policy, rt.rt_priority = 1, 50  # SCHED_FIFO 50, set by its owner
+    tp = _decide(planner, cls, rt)
+    assert tp.policy is None and tp.group_nice == 19
