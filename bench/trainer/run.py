@@ -413,13 +413,15 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace, meta: d
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
+def write_section(path: Path, text: str, section: str = SECTION) -> None:
+    """Replace the section of ``path`` that starts with ``section`` (up to the next "## ")
+    with ``text``, or append ``text`` when there is none (also bench/trainer/matrix.py's)."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = old.find(SECTION)
+    start = old.find(section)
     if start < 0:
         new = old.rstrip("\n") + "\n\n" + text
     else:
-        end = old.find("\n## ", start + len(SECTION))
+        end = old.find("\n## ", start + len(section))
         new = old[:start] + text + (old[end + 1 :] if end >= 0 else "")
     path.write_text(new)
 

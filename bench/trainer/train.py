@@ -1,13 +1,17 @@
 """The benchmark's training job: a small transformer trained with DDP (gloo) on CPU.
 
 Run it under torchrun (``torchrun --nproc-per-node 2 bench/trainer/train.py --seconds 30``):
-each rank trains a 2-layer transformer language model on random tokens fed by a DataLoader with
-persistent worker processes (which do a little CPU work per sample, as tokenizers and decoders
-do), all-reduces gradients over gloo every step, and after ``--warmup`` seconds counts steps for
-``--seconds``. Rank 0 prints one JSON line: ``{"steps": N, "seconds": S, "steps_per_s": R}``
-(and writes it to ``--out`` when given). The job's threads carry the names a real PyTorch job
-has (FACTS.md): the launcher ``pt_elastic``, ``gloo_tcp_loop``/``pt_gloo_runloop`` comm threads,
-``pt_data_worker`` processes, OpenMP workers named like the trainer.
+each rank trains a model (``--model transformer``: a 2-layer transformer language model on
+random tokens; ``--model mlp``: a 4-layer MLP on random vectors, many small steps, so its
+threads synchronize often) fed by a DataLoader with ``--workers`` persistent worker processes
+(which do a little CPU work per sample, as tokenizers and decoders do; 0: batches made in the
+rank), all-reduces gradients over gloo every step, and after ``--warmup`` seconds counts steps for
+``--seconds``. Intra-op threads follow ``OMP_NUM_THREADS`` (torchrun sets 1 unless told).
+Rank 0 prints one JSON line: ``{"steps": N, "seconds": S, "steps_per_s": R, "step_ms_p50": ..,
+"step_ms_p99": ..}`` (and writes it to ``--out`` when given). The job's threads carry the names
+a real PyTorch job has (FACTS.md): the launcher ``pt_elastic``, ``gloo_tcp_loop``/
+``pt_gloo_runloop`` comm threads, ``pt_data_worker`` processes, OpenMP workers named like the
+trainer.
 """
 
 from __future__ import annotations
@@ -41,6 +45,34 @@ class RandomTokens(IterableDataset):
             yield x[:-1], x[1:]
 
 
+class RandomVectors(IterableDataset):
+    """Endless random (input, class) pairs for the MLP, with the same per-sample CPU work."""
+
+    def __init__(self, work: int) -> None:
+        self.work = work
+
+    def __iter__(self):
+        gen = torch.Generator().manual_seed(os.getpid())
+        while True:
+            x = torch.randn(MLP_IN, generator=gen)
+            acc = 0
+            for i in range(self.work):
+                acc = (acc * 31 + i) % 1_000_003
+            yield x, torch.randint(0, MLP_OUT, (), generator=gen)
+
+
+MLP_IN, MLP_HIDDEN, MLP_OUT = 256, 512, 10
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(MLP_IN, MLP_HIDDEN), nn.ReLU(),
+        nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.ReLU(),
+        nn.Linear(MLP_HIDDEN, MLP_HIDDEN), nn.ReLU(),
+        nn.Linear(MLP_HIDDEN, MLP_OUT),
+    )  # fmt: skip
+
+
 class TinyLM(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -57,6 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=30.0, help="measured time")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds before counting")
+    ap.add_argument("--model", default="transformer", choices=("transformer", "mlp"))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     ap.add_argument("--work", type=int, default=2000, help="CPU work per sample in the workers")
@@ -78,11 +111,13 @@ def main() -> None:
         local = int(os.environ.get("LOCAL_RANK", 0))
         device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    model = nn.parallel.DistributedDataParallel(TinyLM().to(device))
+    net = TinyLM() if args.model == "transformer" else mlp()
+    model = nn.parallel.DistributedDataParallel(net.to(device))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
+    data = RandomTokens(args.work) if args.model == "transformer" else RandomVectors(args.work)
     loader = DataLoader(
-        RandomTokens(args.work),
+        data,
         batch_size=args.batch,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
@@ -90,11 +125,12 @@ def main() -> None:
     dist.barrier()  # every rank starts its clock together
     start = time.monotonic()
     counting_from = start + args.warmup
-    steps, counted_at = 0, None
+    steps, counted_at, last, step_times = 0, None, None, []
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        out = model(x)
+        loss = loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1))
         loss.backward()
         opt.step()
         now = time.monotonic()
@@ -106,12 +142,27 @@ def main() -> None:
             counted_at, steps = now, 0
         elif counted_at is not None:
             steps += 1
+            step_times.append(now - last)
+        last = now
         if done.item() > 0:
             break
     elapsed = time.monotonic() - (counted_at or start)
     if rank == 0:
+        step_times.sort()
+
+        def pct(q: float) -> float | None:
+            if not step_times:
+                return None
+            return round(1000 * step_times[min(len(step_times) - 1, int(q * len(step_times)))], 2)
+
         line = json.dumps(
-            {"steps": steps, "seconds": round(elapsed, 3), "steps_per_s": steps / elapsed}
+            {
+                "steps": steps,
+                "seconds": round(elapsed, 3),
+                "steps_per_s": steps / elapsed,
+                "step_ms_p50": pct(0.5),
+                "step_ms_p99": pct(0.99),
+            }
         )
         print(line, flush=True)
         if args.out:

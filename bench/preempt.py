@@ -1,0 +1,320 @@
+"""Which mechanism makes busy work yield to a job at once: measured, on cgroup v1 and v2.
+
+    sudo python3 bench/preempt.py --json /tmp/v1.json   # this host, 5 repetitions
+    sudo python3 tests/vm/vm.py exec python bench/preempt.py  # in the VM tier: cgroup v2
+
+The job is a small C program (compiled here with gcc): one thread per online CPU, each step a
+fixed slice of arithmetic (``--step-us``, 2 ms) and then a ``pthread_barrier_wait``, so every
+step waits for the slowest thread, as OpenMP regions, collectives and DataLoader hand-offs do.
+It runs in a session of its own and prints steps/s and its step time p50/p99. The contention is
+``2 x CPUs`` busy loops in another session (another tenant). Arms, interleaved, rotated per
+repetition (none needs hostd; each puts back what it changed):
+
+- ``alone``; ``contended`` (nothing done);
+- ``nice 19``: every competitor thread nice 19;
+- ``SCHED_IDLE``: every competitor thread SCHED_IDLE (sched(7));
+- ``session nice 19``: the competitors' autogroup nice 19 (/proc/PID/autogroup);
+- ``SCHED_IDLE + session nice 19``: both: what hostd's preemption does;
+- ``cgroup cpu.idle``: the competitors moved to a new cgroup with ``cpu.idle = 1`` (v1: a child
+  of the cpu hierarchy's root; v2: a child of the root with the cpu controller enabled);
+- ``cgroup min weight``: the same cgroup with ``cpu.shares = 2`` (v1) / ``cpu.weight = 1`` (v2).
+
+The cgroup arms move the competitors out of the cgroup they were in (and out of their
+autogroup, which applies only in the root cpu cgroup): hostd does not do that (no process leaves
+its cgroup), they are measured to compare. Results: steps/s over the same repetition's
+``alone``, median and worst, and step time p99, as a markdown table on stdout (BENCHMARKS.md,
+"Preemptible work", holds the runs and what they mean). Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SECTION = "## Preemptible work: which mechanism (bench/preempt.py)"
+ARMS = (
+    "alone",
+    "contended",
+    "nice 19",
+    "SCHED_IDLE",
+    "session nice 19",
+    "SCHED_IDLE + session nice 19",
+    "cgroup cpu.idle",
+    "cgroup min weight",
+)
+
+JOB_C = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static pthread_barrier_t bar;
+static double step_us, seconds;
+static volatile int stop;
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9;
+}
+static volatile unsigned long sink;
+static unsigned long per_us;
+static void work(double us) {
+    unsigned long n = (unsigned long)(us * per_us), acc = 0;
+    for (unsigned long i = 0; i < n; i++) acc = acc * 31 + i;
+    sink = acc;
+}
+static double *times; static long nsteps, cap;
+static void *run(void *arg) {
+    long me = (long)arg; double start = now(), last = start;
+    for (;;) {
+        work(step_us);
+        int r = pthread_barrier_wait(&bar);
+        if (me == 0) {
+            double t = now();
+            if (nsteps < cap) times[nsteps] = t - last;
+            nsteps++; last = t;
+            if (t - start >= seconds) stop = 1;
+        }
+        pthread_barrier_wait(&bar);
+        if (stop) return NULL;
+        (void)r;
+    }
+}
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
+}
+int main(int argc, char **argv) {
+    int threads = atoi(argv[1]); step_us = atof(argv[2]); seconds = atof(argv[3]);
+    double t0 = now(); unsigned long n = 0;
+    while (now() - t0 < 0.2) { work(0); for (int i = 0; i < 100000; i++) sink += i; n += 100000; }
+    per_us = n / 200000 ? n / 200000 : 1;
+    cap = 10000000; times = malloc(sizeof(double) * cap);
+    pthread_barrier_init(&bar, NULL, threads);
+    pthread_t th[256];
+    for (long i = 0; i < threads; i++) pthread_create(&th[i], NULL, run, (void *)i);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+    long k = nsteps < cap ? nsteps : cap;
+    qsort(times, k, sizeof(double), cmp);
+    printf("{\"steps_per_s\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f}\n", nsteps / seconds,
+           1000 * times[k / 2], 1000 * times[(long)(k * 0.99)]);
+    return 0;
+}
+"""
+
+HOGS = "import os\nfor _ in range({n} - 1):\n    if os.fork() == 0: break\nwhile True: pass\n"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+class Cgroup:
+    """A new cgroup for the competitors: v1 under the cpu hierarchy, v2 under the root."""
+
+    def __init__(self, name: str) -> None:
+        v1 = Path("/sys/fs/cgroup/cpu")
+        self.v1 = (v1 / "cpu.shares").exists()
+        self.enabled_cpu = False
+        if self.v1:
+            self.path = v1 / name
+        else:
+            root = Path("/sys/fs/cgroup")
+            if "cpu" not in _read(root / "cgroup.subtree_control").split():
+                _write(root / "cgroup.subtree_control", "+cpu")
+                self.enabled_cpu = True
+            self.path = root / name
+        self.path.mkdir()
+        self.procs = self.path / ("tasks" if self.v1 else "cgroup.threads")
+
+    def set(self, arm: str) -> None:
+        if arm == "cgroup cpu.idle":
+            _write(self.path / "cpu.idle", "1")
+        elif self.v1:
+            _write(self.path / "cpu.shares", "2")
+        else:
+            _write(self.path / "cpu.weight", "1")
+
+    def join(self, tid: int) -> None:
+        if self.v1:
+            _write(self.procs, str(tid))
+        else:
+            _write(self.path / "cgroup.procs", str(tid))
+
+    def remove(self) -> None:
+        home = self.path.parent / ("tasks" if self.v1 else "cgroup.procs")
+        for _ in range(50):
+            left = _read(self.path / ("tasks" if self.v1 else "cgroup.procs")).split()
+            for tid in left:
+                with contextlib.suppress(OSError):
+                    _write(home, tid)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+                break
+            time.sleep(0.05)
+        if self.enabled_cpu:
+            with contextlib.suppress(OSError):
+                _write(self.path.parent / "cgroup.subtree_control", "-cpu")
+
+
+def threads_of(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            out += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    return out
+
+
+def run_arm(arm: str, job: str, ncpu: int, args: argparse.Namespace) -> dict:
+    hogs = None
+    cgroup = None
+    try:
+        if arm != "alone":
+            hogs = subprocess.Popen(
+                [sys.executable, "-c", HOGS.format(n=2 * ncpu)],
+                start_new_session=True,
+            )  # fmt: skip
+            time.sleep(0.5)
+            pids = [hogs.pid] + [
+                int(p) for p in os.listdir("/proc")
+                if p.isdigit() and _sid(int(p)) == hogs.pid and int(p) != hogs.pid
+            ]  # fmt: skip
+            for tid in threads_of(pids):
+                with contextlib.suppress(OSError):
+                    if arm == "nice 19":
+                        os.setpriority(os.PRIO_PROCESS, tid, 19)
+                    if "SCHED_IDLE" in arm:
+                        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            if "session nice 19" in arm:
+                _write(Path(f"/proc/{hogs.pid}/autogroup"), "19")
+            if arm.startswith("cgroup"):
+                cgroup = Cgroup(f"hostd-bench-preempt-{os.getpid()}")
+                cgroup.set(arm)
+                for pid in pids:
+                    cgroup.join(pid)
+        out = subprocess.run(
+            [job, str(ncpu), str(args.step_us), str(args.seconds)],
+            capture_output=True, text=True, start_new_session=True, timeout=args.seconds + 120,
+        )  # fmt: skip
+        return json.loads(out.stdout)
+    finally:
+        if hogs is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(hogs.pid, signal.SIGKILL)
+            hogs.wait()
+        if cgroup is not None:
+            time.sleep(0.2)
+            cgroup.remove()
+
+
+def _sid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def render(runs: list[dict], info: dict, args: argparse.Namespace) -> str:
+    lines = [
+        f"### {info['cgroup']}: {info['ncpu']} CPUs, kernel {info['kernel']}, autogroups "
+        f"{'on' if info['autogroup'] else 'off'} ({info['where']}, {info['when']})",
+        "",
+        f"`bench/preempt.py --reps {args.reps} --seconds {args.seconds:g} --step-us "
+        f"{args.step_us:g}`: {info['ncpu']} job threads, {2 * info['ncpu']} busy loops.",
+        "",
+        "| arm | steps/s (median) | vs alone, median | vs alone, worst rep | step p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    by_rep: dict[int, dict[str, dict]] = {}
+    for r in runs:
+        by_rep.setdefault(r["rep"], {})[r["arm"]] = r
+    for arm in ARMS:
+        rel, rates, p99 = [], [], []
+        for rep in by_rep.values():
+            r, alone = rep.get(arm), rep.get("alone")
+            if r and "steps_per_s" in r:
+                rates.append(r["steps_per_s"])
+                p99.append(r["p99_ms"])
+                if alone and alone.get("steps_per_s"):
+                    rel.append(r["steps_per_s"] / alone["steps_per_s"])
+        if not rates:
+            continue
+        lines.append(
+            f"| {arm} | {statistics.median(rates):.1f} | {statistics.median(rel):.2f} | "
+            f"{min(rel):.2f} | {statistics.median(p99):.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--step-us", type=float, default=2000.0)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--json", type=Path, help="write runs and the rendered table here")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/preempt.py needs root (SCHED_IDLE, autogroups, cgroups)")
+    arms = [a.strip() for a in args.arms.split(",")]
+    ncpu = len(os.sched_getaffinity(0))
+    cgroup = (
+        "cgroup v1 (cpu hierarchy)"
+        if Path("/sys/fs/cgroup/cpu/cpu.shares").exists()
+        else ("cgroup v2")
+    )
+    info = {
+        "ncpu": ncpu,
+        "kernel": platform.release(),
+        "cgroup": cgroup,
+        "autogroup": _read(Path("/proc/sys/kernel/sched_autogroup_enabled")).strip() == "1",
+        "where": "the VM tier (QEMU TCG)" if os.environ.get("HOSTD_IN_VM") else "this host",
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="hostd-preempt-") as tmp:
+        src, job = Path(tmp) / "job.c", Path(tmp) / "job"
+        src.write_text(JOB_C)
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if cc is None:
+            sys.exit("bench/preempt.py needs gcc")
+        subprocess.run([cc, "-O1", "-pthread", "-o", str(job), str(src)], check=True)
+        for rep in range(args.reps):
+            order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
+            for arm in order:
+                time.sleep(0.5)
+                try:
+                    r = run_arm(arm, str(job), ncpu, args)
+                except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                    r = {"error": str(exc)}
+                r.update(arm=arm, rep=rep + 1)
+                runs.append(r)
+                print(json.dumps(r), flush=True)
+    text = render(runs, info, args)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({"info": info, "runs": runs, "text": text}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
