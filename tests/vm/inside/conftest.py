@@ -167,13 +167,29 @@ class V2:
     def move(self, pid: int, group: str = "") -> None:
         self.write(group, "cgroup.procs", str(pid))
 
-    def cleanup(self) -> None:
-        for group in reversed(self.created):
+    def empty(self, group: str, timeout: float = 10.0) -> None:
+        """Move every process left in ``group`` to the root and wait until none is left.
+
+        A process killed just before is still in its cgroup until it has finished exiting
+        (``cgroup.events`` says ``populated 1``, ``rmdir`` fails with EBUSY), so moving once
+        is not enough: move what is listed until the cgroup is empty.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
             for pid in (self.read(group, "cgroup.procs") or "").split():
                 with contextlib.suppress(Gone):
                     self.move(int(pid))
+            if "populated 0" in (self.host.read(self.rel(group, "cgroup.events")) or ""):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"cgroup {group} still has processes after {timeout} s")
+            time.sleep(0.05)
+
+    def cleanup(self) -> None:
+        for group in reversed(self.created):
             if self.read(group, "cpuset.cpus.partition") not in (None, "member"):
                 self.write(group, "cpuset.cpus.partition", "member")
+            self.empty(group)
             self.host.rmdir(self.rel(group, ""))
         self.created.clear()
         if self.enabled:
