@@ -2,7 +2,7 @@
 
 It runs a stand-in training job four times: alone, under CPU contention, under the same
 contention with ``hostd run`` on the embedded default policy with preemption switched off
-(``[preempt] enabled = false``: the ranks' session weight and real-time comm threads only), and
+(``[preempt] enabled = false``: the ranks' session weight and weighted comm threads only), and
 with the default policy as shipped (the contention's session is demoted: SCHED_IDLE, session
 nice 19); the agent is scoped to the job and the contention. Then it prints steps/s relative to
 the job alone and, per arm, which layers of the job waited for a CPU (``hostd.stats``).

@@ -4,6 +4,7 @@ planner makes of them, table-driven over synthetic samples (no kernel, no root).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from hostd.policy import Guard, Preempt, load_default, parse_policy
 from hostd.preempt import Sample, Watch, explain, shielding_layers, why_kept
 from tests.synth import topology as synth
 from tests.unit.test_classify import make_task
+
+REPO_POLICY = Path(__file__).resolve().parents[2] / "hostd" / "policy" / "training.toml"
 
 MS = 1_000_000  # ns
 PREEMPTIBLE = frozenset({"rest", "compile"})
@@ -314,8 +317,23 @@ def test_no_autogroups_no_session_weight() -> None:
     assert (tp.policy, tp.group_nice) == ("idle", None)
 
 
+def _realtime_comms():
+    """The default policy with its comm threads SCHED_FIFO 20 (as it had them before)."""
+    text = (
+        (REPO_POLICY)
+        .read_text()
+        .replace(
+            'sched = { policy = "other", nice = -5 }',
+            'sched = { policy = "fifo", priority = 20 }',
+            1,
+        )
+    )
+    assert 'policy = "fifo"' in text
+    return parse_policy(text.encode(), "training-rt-comms.toml")
+
+
 def test_a_runaway_real_time_thread_gets_normal_scheduling() -> None:
-    policy = load_default()
+    policy = _realtime_comms()
     comm = make_task("gloo_tcp_loop", pid=910, tid=915, leader=False, uid=0)
     comm.process = type(comm.process)(**{**_fields(comm.process), "parent_comm": "pt_elastic"})
     planner, cls = _planner(policy)
@@ -361,7 +379,8 @@ def test_explain_says_what_preemptible_means_and_what_is_live() -> None:
 def test_the_boost_beats_every_real_time_layer() -> None:
     from hostd.agent.watch import boost_value
 
-    assert boost_value(load_default()) == ["fifo", 21, True]  # comms is fifo 20
+    assert boost_value(load_default()) == ["fifo", 1, True]  # no real-time layer
+    assert boost_value(_realtime_comms()) == ["fifo", 21, True]  # comms fifo 20
 
 
 def test_bursts_of_the_fair_server_do_not_hide_starvation() -> None:
