@@ -21,9 +21,16 @@ repetition (none needs hostd; each puts back what it changed):
 
 The cgroup arms move the competitors out of the cgroup they were in (and out of their
 autogroup, which applies only in the root cpu cgroup): hostd does not do that (no process leaves
-its cgroup), they are measured to compare. Results: steps/s over the same repetition's
-``alone``, median and worst, and step time p99, as a markdown table on stdout (BENCHMARKS.md,
-"Preemptible work", holds the runs and what they mean). Never part of the tests.
+its cgroup), they are measured to compare.
+
+``--placement scopes`` starts the job and the competitors each in a cgroup of its own under a
+common parent (as systemd puts login sessions and services into scopes and slices, and a
+container runtime its containers): autogroups then do not apply, and the cgroup arms set
+``cpu.idle`` / the least weight on the competitors' own cgroup instead of moving them.
+
+Results: steps/s over the same repetition's ``alone``, median and worst, and step time p99, as
+a markdown table on stdout (BENCHMARKS.md, "Preemptible work", holds the runs and what they
+mean). Never part of the tests.
 """
 
 from __future__ import annotations
@@ -177,6 +184,52 @@ class Cgroup:
                 _write(self.path.parent / "cgroup.subtree_control", "-cpu")
 
 
+class Scopes:
+    """``--placement scopes``: a parent cgroup with the cpu controller and two children, ``job``
+    and ``hogs``; :meth:`set` sets an arm's knob on ``hogs``, :meth:`reset` puts it back."""
+
+    def __init__(self, name: str) -> None:
+        self.parent = Cgroup(name)
+        self.v1 = self.parent.v1
+        if not self.v1:
+            _write(self.parent.path / "cgroup.subtree_control", "+cpu")
+        self.job, self.hogs = self.parent.path / "job", self.parent.path / "hogs"
+        self.job.mkdir()
+        self.hogs.mkdir()
+
+    def enter(self, cgroup: Path) -> None:
+        """Move the calling process into ``cgroup`` (a child's ``preexec_fn``)."""
+        _write(cgroup / "cgroup.procs", "0")
+
+    def set(self, arm: str) -> None:
+        if arm == "cgroup cpu.idle":
+            _write(self.hogs / "cpu.idle", "1")
+        else:
+            _write(self.hogs / ("cpu.shares" if self.v1 else "cpu.weight"), "2" if self.v1 else "1")
+
+    def reset(self) -> None:
+        _write(self.hogs / "cpu.idle", "0")
+        _write(
+            self.hogs / ("cpu.shares" if self.v1 else "cpu.weight"), "1024" if self.v1 else "100"
+        )
+
+    def remove(self) -> None:
+        home = self.parent.path.parent / "cgroup.procs"
+        for child in (self.job, self.hogs):
+            for _ in range(50):
+                for pid in _read(child / "cgroup.procs").split():
+                    with contextlib.suppress(OSError):
+                        _write(home, pid)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+                    break
+                time.sleep(0.05)
+        if not self.v1:
+            with contextlib.suppress(OSError):
+                _write(self.parent.path / "cgroup.subtree_control", "-cpu")
+        self.parent.remove()
+
+
 def threads_of(pids: list[int]) -> list[int]:
     out = []
     for pid in pids:
@@ -185,7 +238,9 @@ def threads_of(pids: list[int]) -> list[int]:
     return out
 
 
-def run_arm(arm: str, job: str, ncpu: int, args: argparse.Namespace) -> dict:
+def run_arm(
+    arm: str, job: str, ncpu: int, args: argparse.Namespace, scopes: Scopes | None = None
+) -> dict:
     hogs = None
     cgroup = None
     try:
@@ -193,6 +248,7 @@ def run_arm(arm: str, job: str, ncpu: int, args: argparse.Namespace) -> dict:
             hogs = subprocess.Popen(
                 [sys.executable, "-c", HOGS.format(n=2 * ncpu)],
                 start_new_session=True,
+                preexec_fn=(lambda: scopes.enter(scopes.hogs)) if scopes else None,
             )  # fmt: skip
             time.sleep(0.5)
             pids = [hogs.pid] + [
@@ -207,7 +263,9 @@ def run_arm(arm: str, job: str, ncpu: int, args: argparse.Namespace) -> dict:
                         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             if "session nice 19" in arm:
                 _write(Path(f"/proc/{hogs.pid}/autogroup"), "19")
-            if arm.startswith("cgroup"):
+            if arm.startswith("cgroup") and scopes is not None:
+                scopes.set(arm)
+            elif arm.startswith("cgroup"):
                 cgroup = Cgroup(f"hostd-bench-preempt-{os.getpid()}")
                 cgroup.set(arm)
                 for pid in pids:
@@ -215,9 +273,12 @@ def run_arm(arm: str, job: str, ncpu: int, args: argparse.Namespace) -> dict:
         out = subprocess.run(
             [job, str(ncpu), str(args.step_us), str(args.seconds)],
             capture_output=True, text=True, start_new_session=True, timeout=args.seconds + 120,
+            preexec_fn=(lambda: scopes.enter(scopes.job)) if scopes else None,
         )  # fmt: skip
         return json.loads(out.stdout)
     finally:
+        if scopes is not None and arm.startswith("cgroup"):
+            scopes.reset()
         if hogs is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(hogs.pid, signal.SIGKILL)
@@ -240,7 +301,8 @@ def render(runs: list[dict], info: dict, args: argparse.Namespace) -> str:
         f"{'on' if info['autogroup'] else 'off'} ({info['where']}, {info['when']})",
         "",
         f"`bench/preempt.py --reps {args.reps} --seconds {args.seconds:g} --step-us "
-        f"{args.step_us:g}`: {info['ncpu']} job threads, {2 * info['ncpu']} busy loops.",
+        f"{args.step_us:g} --placement {args.placement}`: {info['ncpu']} job threads, "
+        f"{2 * info['ncpu']} busy loops; {info['placement']}.",
         "",
         "| arm | steps/s (median) | vs alone, median | vs alone, worst rep | step p99 ms |",
         "|---|---:|---:|---:|---:|",
@@ -273,6 +335,11 @@ def main() -> None:
     ap.add_argument("--step-us", type=float, default=2000.0)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--json", type=Path, help="write runs and the rendered table here")
+    ap.add_argument(
+        "--placement", choices=("root", "scopes"), default="root",
+        help="root: everything in the root cpu cgroup (autogroups apply); scopes: the job and "
+        "the competitors each in a cgroup of its own",
+    )  # fmt: skip
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/preempt.py needs root (SCHED_IDLE, autogroups, cgroups)")
@@ -288,6 +355,11 @@ def main() -> None:
         "kernel": platform.release(),
         "cgroup": cgroup,
         "autogroup": _read(Path("/proc/sys/kernel/sched_autogroup_enabled")).strip() == "1",
+        "placement": (
+            "job and competitors in the root cpu cgroup, each its own session"
+            if args.placement == "root"
+            else "job and competitors each in a cgroup of its own (as systemd scopes)"
+        ),
         "where": "the VM tier (QEMU TCG)" if os.environ.get("HOSTD_IN_VM") else "this host",
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -299,21 +371,31 @@ def main() -> None:
         if cc is None:
             sys.exit("bench/preempt.py needs gcc")
         subprocess.run([cc, "-O1", "-pthread", "-o", str(job), str(src)], check=True)
-        for rep in range(args.reps):
-            order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
-            for arm in order:
-                time.sleep(0.5)
-                try:
-                    r = run_arm(arm, str(job), ncpu, args)
-                except (OSError, ValueError, subprocess.SubprocessError) as exc:
-                    r = {"error": str(exc)}
-                r.update(arm=arm, rep=rep + 1)
-                runs.append(r)
-                print(json.dumps(r), flush=True)
+        scopes = Scopes(f"hostd-bench-scopes-{os.getpid()}") if args.placement == "scopes" else None
+        try:
+            _reps(args, arms, str(job), ncpu, scopes, runs)
+        finally:
+            if scopes is not None:
+                scopes.remove()
     text = render(runs, info, args)
     print(text)
     if args.json:
         args.json.write_text(json.dumps({"info": info, "runs": runs, "text": text}, indent=1))
+
+
+def _reps(args, arms, job: str, ncpu: int, scopes: Scopes | None, runs: list[dict]) -> None:
+    """Every arm once per repetition, in an order rotated per repetition."""
+    for rep in range(args.reps):
+        order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
+        for arm in order:
+            time.sleep(0.5)
+            try:
+                r = run_arm(arm, job, ncpu, args, scopes)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                r = {"error": str(exc)}
+            r.update(arm=arm, rep=rep + 1)
+            runs.append(r)
+            print(json.dumps(r), flush=True)
 
 
 if __name__ == "__main__":

@@ -997,6 +997,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--write", type=Path, help="replace (or append) the section in this file")
     ap.add_argument("--json", type=Path, help="also write every run as JSON here")
+    ap.add_argument(
+        "--keep", type=Path, help="work in this folder and keep it (agent logs, job results)"
+    )
     ap.add_argument("--policy", default=None, help="the hostd arm's policy (default: embedded)")
     ap.add_argument(
         "--render",
@@ -1065,6 +1068,8 @@ def main() -> None:
         f"{args.warmup:g} + ~{STARTUP_S:g} s) = {runs_n} runs, about {est / 60:.0f} min",
         flush=True,
     )
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     info = meta(args)
     chunk = calibrate(2)
     busy(1)
@@ -1072,7 +1077,11 @@ def main() -> None:
     interrupted = False
     started = time.monotonic()
     try:
-        with tempfile.TemporaryDirectory(prefix="hostd-matrix-") as tmp:
+        with (
+            contextlib.nullcontext(str(args.keep))
+            if args.keep
+            else tempfile.TemporaryDirectory(prefix="hostd-matrix-")
+        ) as tmp:
             if any(c.contention == "build" for c in cells) and arms != ["alone"]:
                 Build.prepare()
             n = 0
