@@ -71,7 +71,7 @@ def measure(threads: int, ticks: int) -> dict:
                 for pid in procs:  # ... and as having run: all its threads are sampled
                     watcher._cpu[pid] = (agent.cache.procs[pid].start_time, -1)
                 t0 = time.perf_counter()
-                samples, _ = watcher.sample(set())
+                samples, *_ = watcher.sample(set())
                 worst.append(time.perf_counter() - t0)
                 sampled = len(samples)
             return {
