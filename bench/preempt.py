@@ -208,7 +208,8 @@ class Scopes:
             _write(self.hogs / ("cpu.shares" if self.v1 else "cpu.weight"), "2" if self.v1 else "1")
 
     def reset(self) -> None:
-        _write(self.hogs / "cpu.idle", "0")
+        with contextlib.suppress(OSError):  # no cpu.idle before Linux 5.15
+            _write(self.hogs / "cpu.idle", "0")
         _write(
             self.hogs / ("cpu.shares" if self.v1 else "cpu.weight"), "1024" if self.v1 else "100"
         )
