@@ -880,6 +880,8 @@ def make_dgx(root: str) -> None:
     ]
 
     # The torchrun job: launcher, two ranks, their data workers, an Inductor compile worker.
+    # Each rank leads a session of its own (torchrun starts it with start_new_session, as seen
+    # on an H100 node); its data and compile workers are in it.
     job = ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node=2", "train.py"]
     rank_args = ["/usr/bin/python3", "-u", "train.py", "--config", "configs/llama-8b.yaml"]
     nv_common = {3: "/dev/nvidiactl", 4: "/dev/nvidia-uvm", 5: "/dev/nvidia-uvm-tools"}
@@ -906,7 +908,15 @@ def make_dgx(root: str) -> None:
             pgrp=4000,
             session=4000,
             vm_kb=850_000,
-            fds={0: "/dev/null", 1: "pipe:[73120]", 2: "pipe:[73121]"},
+            # As measured on an H100 node (torch 2.11): the launcher initializes CUDA too.
+            fds={
+                0: "/dev/null",
+                1: "pipe:[73120]",
+                2: "pipe:[73121]",
+                **nv_common,
+                6: "/dev/nvidia0",
+                7: "/dev/nvidia0",
+            },
             leader=Thread(4000, "pt_elastic", utime=412, stime=88),
             threads=[Thread(4001, "pt_tcpstore_uv", start=360_010, utime=35, stime=60)],
         )
@@ -941,8 +951,8 @@ def make_dgx(root: str) -> None:
                 uid=uid,
                 gid=uid,
                 affinity=cpus,
-                pgrp=4000,
-                session=4000,
+                pgrp=pid,
+                session=pid,
                 vm_kb=48_000_000,
                 fds=fds,
                 leader=Thread(
@@ -981,8 +991,8 @@ def make_dgx(root: str) -> None:
                     uid=uid,
                     gid=uid,
                     affinity=cpus,
-                    pgrp=4000,
-                    session=4000,
+                    pgrp=pid,
+                    session=pid,
                     vm_kb=9_000_000,
                     fds={**nv_common, 6: f"/dev/nvidia{minor}", 20: "pipe:[7]"},
                     leader=Thread(wpid, "pt_data_worker", utime=30_000, stime=4_000),
@@ -1009,8 +1019,8 @@ def make_dgx(root: str) -> None:
             uid=1000,
             gid=1000,
             affinity=cpus,
-            pgrp=4000,
-            session=4000,
+            pgrp=4100,
+            session=4100,
             vm_kb=900_000,
             leader=Thread(4400, "python3", utime=600),
             threads=[Thread(4401, "python3", start=360_520)],
@@ -1034,8 +1044,8 @@ def make_dgx(root: str) -> None:
             uid=1000,
             gid=1000,
             affinity=cpus,
-            pgrp=4000,
-            session=4000,
+            pgrp=4100,
+            session=4100,
             vm_kb=220_000,
             leader=Thread(4450, "cc1plus", state="R", utime=150),
         ),

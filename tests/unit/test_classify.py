@@ -288,8 +288,8 @@ def test_explain_names_the_failing_predicate_and_actual_value() -> None:
     assert [r.layer for r in explanation.layers] == [
         "comms",
         "data",
-        "trainer",
         "helpers",
+        "trainer",
         "compile",
         "system",
         "rest",
@@ -298,7 +298,7 @@ def test_explain_names_the_failing_predicate_and_actual_value() -> None:
     comms = explanation.layers[0]
     assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 3
     assert all(g.actual == "python3" and not g.matched for g in comms.groups)
-    trainer = explanation.layers[2]
+    trainer = explanation.layers[3]
     assert [(g.failed, g.actual) for g in trainer.groups] == [
         (Predicate("gpu", True), False),
         (Predicate("nvml_gpu_process", True), False),
@@ -451,6 +451,23 @@ DEFAULT_CASES = [
     (
         "pt_tcpstore_uv thread of the launcher",
         make_task("pt_tcpstore_uv", pid=4000, pcomm="pt_elastic", leader=False, uid=0),
+        "helpers",
+        0,
+    ),
+    (
+        # Seen on an H100 node (torch 2.11): the launcher initializes CUDA and holds
+        # /dev/nvidia0, nvidiactl and nvidia-uvm. It is no rank: as trainer it would shield its
+        # whole session (busy processes it started among them) from preemption.
+        "pt_elastic launcher holding GPU-driver fds",
+        make_task("pt_elastic", pid=4000, parent_comm="bash", uid=1000, gpu_devices=CUDA_FDS),
+        "helpers",
+        0,
+    ),
+    (
+        "an unnamed thread of a launcher holding GPU-driver fds",
+        make_task(
+            "python3", pid=4000, pcomm="pt_elastic", leader=False, uid=1000, gpu_devices=CUDA_FDS
+        ),
         "helpers",
         0,
     ),

@@ -454,7 +454,7 @@ TASK_CASES = [
         4000,
         {
             "comm": "pt_elastic",
-            "process.gpu": False,
+            "process.gpu": True,  # torchrun initializes CUDA too (seen on an H100 node)
             "process.cgroup": "/system.slice/train.service",
             "process.cmdline": (
                 "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node=2 train.py"
@@ -615,11 +615,11 @@ def test_dgx_gpu_processes_and_the_gpus_they_use():
     found = tasks("dgx-h100").values()
     leaders = {t.pid: t.process for t in found if t.is_leader}
     gpu_pids = sorted(pid for pid, p in leaders.items() if p.gpu)
-    assert gpu_pids == [4100, 4150, 4160, 4200, 4250, 4260]
+    assert gpu_pids == [4000, 4100, 4150, 4160, 4200, 4250, 4260]
     assert sorted(pid for pid, p in leaders.items() if p.nvml) == [4100, 4200]
     t = topo("dgx-h100")
     nodes = {pid: t.gpu_by_minor("nvidia", leaders[pid].nvidia_minors[0]).node for pid in gpu_pids}
-    assert nodes == {4100: 0, 4150: 0, 4160: 0, 4200: 1, 4250: 1, 4260: 1}
+    assert nodes == {4000: 0, 4100: 0, 4150: 0, 4160: 0, 4200: 1, 4250: 1, 4260: 1}
 
 
 def test_every_kernel_thread_is_flagged_and_has_no_user_facts():
@@ -710,7 +710,7 @@ def test_capture_limits_processes_gpu_first(tmp_path):
     dest = tmp_path / "dgx"
     capture.main([str(dest), "--source", str(HOSTS / "dgx-h100"), "--max-processes", "8"])
     pids = sorted(int(p) for p in os.listdir(dest / "proc") if p.isdigit())
-    assert pids == [1, 1210, 4100, 4150, 4160, 4200, 4250, 4260]
+    assert pids == [1, 4000, 4100, 4150, 4160, 4200, 4250, 4260]
 
 
 def test_committed_trees_hold_no_paths_of_the_machine_that_made_them():

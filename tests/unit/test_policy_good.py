@@ -352,8 +352,8 @@ def test_default_policy_layers() -> None:
     assert [layer.name for layer in policy.layers] == [
         "comms",
         "data",
-        "trainer",
         "helpers",
+        "trainer",
         "compile",
         "system",
         "rest",
