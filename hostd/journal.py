@@ -1,31 +1,47 @@
 """The write-ahead journal of original values: what makes every change hostd makes restorable.
 
 Before the first write to a knob, its original value is appended to ``journal.jsonl`` and the
-file is fsynced; only then is the knob written. A knob's original is recorded once and never
-overwritten, so however many times hostd changes it, restore puts back what was there before
-hostd. Each record carries the boot id, hostd's version and the policy hash. Task keys include
-the thread's start time, so a reused tid is never "restored".
+file is fsynced; only then is the knob written. An append that fails (a full disk) leaves the
+file as it was (cut back to its length before) and the journal's memory unchanged, and raises
+``JournalError``: the caller writes none of those knobs. A knob's original is recorded once and
+never overwritten, so however many times hostd changes it, restore puts back what was there
+before hostd. Each record carries the boot id, hostd's version, the policy hash and a CRC-32 of
+the line (``sum``), which tells a line damaged or edited since from one cut off by a crash.
+Task keys include the thread's start time, so a reused tid is never "restored".
 
-On load, task and session records from an earlier boot are dropped (those threads are gone);
-host knobs (IRQs, governors, cgroups) are kept and restored. A torn last line (a crash
-mid-append) is ignored. ``compact()`` rewrites the file (temp file, fsync, rename, fsync of the
-folder) without records that are done; ``restore`` in ``hostd.reconcile`` replays it in reverse.
+On load, every line is checked before anything is written with it: it must be UTF-8 JSON, its
+sum must match, its key must name a knob hostd may have changed and its value must be one that
+knob kind can hold (``hostd.knobs.check_key``/``check_value``: journal content never chooses
+which file hostd writes). A line that fails is listed in ``damaged`` (line number, why), the
+readable ones are all kept: ``hostd restore`` restores them and reports the rest, and the agent
+refuses to start on a damaged journal. A last line without its newline is a crash mid-append,
+whose knobs were never written (write-ahead): it is left out, noted in ``torn`` and cut from
+the file before the next append. Task and
+session records from an earlier boot are dropped (those threads are gone); host knobs (IRQs,
+governors, cgroups) are kept and restored. ``compact()`` rewrites the file (temp file, fsync,
+rename, fsync of the folder) without records that are done; ``restore`` in ``hostd.reconcile``
+replays it in reverse. ``done`` and ``compact`` never raise: a failure is kept in ``problem``
+(the record stays open on disk, and a later restore finds its knob already back).
 
-Record lines: ``{"key": K, "orig": V, "boot": B, "version": X, "policy": H, "time": T}``;
-a line ``{"key": K, "done": true}`` closes a record (restored, or its thread is gone).
+Record lines: ``{"key": K, "orig": V, "boot": B, "version": X, "policy": H, "time": T,
+"sum": S}``; a line ``{"key": K, "done": true, "sum": S}`` closes a record (restored, or its
+thread is gone). Lines of a hostd before sums are read without one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
 import time
-from collections.abc import Iterable, Iterator
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from hostd import __version__
+from hostd import __version__, knobs
 from hostd.knobs import Value, is_boot_bound
 
 JOURNAL_NAME = "journal.jsonl"
@@ -40,6 +56,10 @@ class Record:
     version: str
     policy: str
     time: float
+
+
+class JournalError(Exception):
+    """The journal could not be written (nothing was recorded) or read at all."""
 
 
 def read_boot_id(host) -> str:
@@ -64,23 +84,46 @@ class Journal:
         self.policy_sha = policy_sha
         self.records: dict[str, Record] = {}
         self.dropped_old_boot = 0
+        self.damaged: list[tuple[int, str]] = []  # (line number, why it was not read)
+        self.torn: int | None = None  # the number of a last line cut off by a crash
+        self.problem = ""  # the last failure to write a done line or to compact
         self._done_lines = 0
         self._fd: int | None = None
         self._load()
 
     # -- reading -----------------------------------------------------------------------------
     def _load(self) -> None:
-        if not self.path.exists():
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
             return
-        with open(self.path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-        for line in lines:
-            try:
-                entry = json.loads(line)
-                key = entry["key"]
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line from a crash mid-append
-            if entry.get("done"):
+        except OSError as exc:
+            raise JournalError(f"{self.path}: cannot be read ({exc.strerror})") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise JournalError(f"{self.path}: not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise JournalError(f"{self.path}: cannot be read ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        import hostd.reconcile  # noqa: F401  (registers every knob kind, for the checks)
+
+        lines = data.split(b"\n")
+        last = len(lines) if lines[-1] else len(lines) - 1  # the line after the final newline
+        for number, raw in enumerate(lines[:last], start=1):
+            if not raw.strip():
+                continue
+            entry, why = _parse(raw)
+            if why is not None:
+                if number == last and not data.endswith(b"\n") and why.startswith("not JSON"):
+                    self.torn = number  # a crash mid-append: its knobs were never written
+                else:
+                    self.damaged.append((number, why))
+                continue
+            key = entry["key"]
+            if entry.get("done") is True:
                 self.records.pop(key, None)
                 self._done_lines += 1
                 continue
@@ -88,11 +131,11 @@ class Journal:
                 continue  # the first original wins
             record = Record(
                 key,
-                entry.get("orig"),
-                str(entry.get("boot", "")),
-                str(entry.get("version", "")),
-                str(entry.get("policy", "")),
-                float(entry.get("time", 0)),
+                entry["orig"],
+                entry["boot"],
+                entry["version"],
+                entry["policy"],
+                float(entry["time"]),
             )
             if is_boot_bound(key) and record.boot != self.boot_id:
                 self.dropped_old_boot += 1
@@ -114,7 +157,7 @@ class Journal:
     # -- writing -----------------------------------------------------------------------------
     @staticmethod
     def _line(rec: Record) -> str:
-        return json.dumps(
+        return _summed(
             {
                 "key": rec.key,
                 "orig": rec.orig,
@@ -122,8 +165,7 @@ class Journal:
                 "version": rec.version,
                 "policy": rec.policy,
                 "time": round(rec.time, 3),
-            },
-            separators=(",", ":"),
+            }
         )
 
     def _append(self, lines: Iterable[str], sync: bool = True) -> None:
@@ -140,18 +182,32 @@ class Journal:
             self.close()
             created = not self.path.exists()
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(
-                self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            self._fd = os.open(self.path, flags, 0o600)
             if created:
                 _fsync_dir(self.dir)
-        while chunk:
-            view = memoryview(("\n".join(chunk) + "\n").encode())
-            while view:
-                view = view[os.write(self._fd, view) :]
-            chunk = list(islice(it, _CHUNK))
-        if sync:
-            os.fdatasync(self._fd)
+            else:
+                # A line a crash cut off (write-ahead: its knobs were never written) goes, so
+                # that the next line does not glue onto it.
+                os.ftruncate(self._fd, _whole_lines(self._fd))
+        size = os.fstat(self._fd).st_size
+        try:
+            while chunk:
+                view = memoryview(("\n".join(chunk) + "\n").encode())
+                while view:
+                    view = view[os.write(self._fd, view) :]
+                chunk = list(islice(it, _CHUNK))
+            if sync:
+                os.fdatasync(self._fd)
+        except OSError:
+            # Nothing of this append may count: cut the file back, so that no half line is
+            # left for the next append to run into.
+            try:
+                os.ftruncate(self._fd, size)
+                os.fdatasync(self._fd)
+            except OSError:
+                self.close()
+            raise
 
     def close(self) -> None:
         if self._fd is not None:
@@ -159,17 +215,22 @@ class Journal:
             self._fd = None
 
     def record(self, originals: list[tuple[str, Value]]) -> None:
-        """Durably record originals of keys not yet recorded. Call before writing the knobs."""
+        """Durably record originals of keys not yet recorded. Call before writing the knobs;
+        on ``JournalError`` nothing was recorded, and none of them may be written."""
         now = time.time()
-
-        def new_lines() -> Iterator[str]:
-            for key, orig in originals:
-                if key not in self.records:
-                    rec = Record(key, orig, self.boot_id, __version__, self.policy_sha, now)
-                    self.records[key] = rec
-                    yield self._line(rec)
-
-        self._append(new_lines())
+        new: dict[str, Record] = {}
+        for key, orig in originals:
+            if key not in self.records and key not in new:
+                new[key] = Record(key, orig, self.boot_id, __version__, self.policy_sha, now)
+        if not new:
+            return
+        try:
+            self._append(self._line(rec) for rec in new.values())
+        except OSError as exc:
+            raise JournalError(
+                f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
+            ) from None
+        self.records.update(new)
 
     def done(self, keys: list[str]) -> None:
         """Close records (restored, or their thread is gone). Not synced: a lost done line
@@ -178,28 +239,114 @@ class Journal:
         for key in keys:
             del self.records[key]
         self._done_lines += len(keys)
-        self._append(
-            (json.dumps({"key": k, "done": True}, separators=(",", ":")) for k in keys), sync=False
-        )
+        try:
+            self._append((_summed({"key": k, "done": True}) for k in keys), sync=False)
+        except OSError as exc:
+            self.problem = f"{self.path}: {len(keys)} done line(s) not written ({exc.strerror})"
+            return
         if self._done_lines > 1000 and self._done_lines > len(self.records):
             self.compact()
 
     def compact(self) -> None:
-        """Rewrite the journal with only open records: temp file, fsync, rename, fsync dir."""
+        """Rewrite the journal with only open records: temp file, fsync, rename, fsync dir.
+        On failure the old file stays (and ``problem`` says why); so does a damaged one, to be
+        set aside with its damaged lines (``set_aside``)."""
         self.close()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if not self.records:
-            if self.path.exists():
-                self.path.unlink()
-                _fsync_dir(self.dir)
-            self._done_lines = 0
+        if self.damaged:
             return
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.writelines(self._line(rec) + "\n" for rec in self.records.values())
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, self.path)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if not self.records:
+                if self.path.exists():
+                    self.path.unlink()
+                    _fsync_dir(self.dir)
+                self._done_lines = 0
+                return
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            with os.fdopen(os.open(tmp, flags, 0o600), "w", encoding="utf-8") as fh:
+                fh.writelines(self._line(rec) + "\n" for rec in self.records.values())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            _fsync_dir(self.dir)
+            self._done_lines = 0
+        except OSError as exc:
+            self.problem = f"{self.path}: not compacted ({exc.strerror}); its records stay open"
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def set_aside(self) -> Path | None:
+        """Move a damaged journal out of the way (``journal.jsonl.damaged-TIME``), once every
+        record it could read is restored; the damaged lines stay there to be looked at."""
+        self.close()
+        if not self.path.exists():
+            return None
+        dest = self.path.with_name(f"{JOURNAL_NAME}.damaged-{time.strftime('%Y%m%dT%H%M%S')}")
+        os.replace(self.path, dest)
         _fsync_dir(self.dir)
-        self._done_lines = 0
+        self.damaged, self.torn = [], None
+        return dest
+
+
+def _whole_lines(fd: int) -> int:
+    """The length of the file up to and including its last newline."""
+    end = os.fstat(fd).st_size
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        block = os.pread(fd, pos - start, start)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        pos = start
+    return 0
+
+
+def _summed(entry: dict) -> str:
+    """The JSON line of ``entry`` with its CRC-32 as the last member."""
+    text = json.dumps(entry, separators=(",", ":"))
+    return text[:-1] + f',"sum":"{zlib.crc32(text.encode()):08x}"}}'
+
+
+_SUM_TAIL = len(',"sum":"00000000"}')
+
+
+def _parse(raw: bytes) -> tuple[dict, None] | tuple[None, str]:
+    """A journal line's entry, checked; or why it cannot be used."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 (byte {exc.start})"
+    try:
+        entry = json.loads(text)
+    except (ValueError, RecursionError):
+        return None, "not JSON (cut off, or damaged)"
+    if not isinstance(entry, dict):
+        return None, "not a record"
+    if "sum" in entry:
+        body = text[:-_SUM_TAIL] + "}"
+        if not text.endswith(f',"sum":"{entry["sum"]}"}}') or entry["sum"] != (
+            f"{zlib.crc32(body.encode()):08x}"
+        ):
+            return None, "its checksum does not match (damaged or edited)"
+        del entry["sum"]
+    key = entry.get("key")
+    why = knobs.check_key(key)
+    if why:
+        return None, why
+    if entry.get("done") is True:
+        return entry, None
+    if "orig" not in entry:
+        return None, f"{key}: no original value"
+    why = knobs.check_value(key, entry["orig"])
+    if why:
+        return None, why
+    for name in ("boot", "version", "policy"):
+        entry.setdefault(name, "")
+        if not isinstance(entry[name], str):
+            return None, f"{key}: {name} {entry[name]!r} is not a string"
+    entry.setdefault("time", 0)
+    if type(entry["time"]) not in (int, float) or entry["time"] != entry["time"]:
+        return None, f"{key}: time {entry['time']!r} is not a number"
+    return entry, None

@@ -29,7 +29,7 @@ from hostd.cpuset import CPUSET_ROOT, format_cpulist
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
 from hostd.host import Host, HostError
 from hostd.host.syscalls import POLICY_NAMES
-from hostd.journal import Journal
+from hostd.journal import Journal, JournalError
 from hostd.plan import NumaPlan, Plan, TaskPlan
 from hostd.tasks import Task
 
@@ -262,10 +262,18 @@ def reconcile(
             originals.append((key, inherited(key, current) if inherited else current))
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
-    journal.record(originals)
+    unjournaled = ""
+    try:
+        journal.record(originals)
+    except JournalError as exc:  # a full disk: none of these is written
+        unjournaled = str(exc)
     for key, value, _ in changes:
         if key not in journal:
-            continue  # its original could not be read: never write what cannot be restored
+            # Never write what cannot be restored: its original could not be read (reported
+            # above) or not be recorded durably.
+            if unjournaled:
+                report.results.append(Result(key, "unjournaled", value, unjournaled))
+            continue
         try:
             knobs.write(host, key, value)
             report.results.append(Result(key, "applied", value))

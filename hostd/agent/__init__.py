@@ -66,7 +66,7 @@ from hostd.host import Host
 from hostd.host.connector import DEFAULT_RCVBUF, Event, Overflow, ProcConnector
 from hostd.host.syscalls import POLICY_NUMBERS
 from hostd.host.uevents import DeviceEvents
-from hostd.journal import Journal, read_boot_id
+from hostd.journal import Journal, JournalError, read_boot_id
 from hostd.plan import (
     NumaPlan,
     Plan,
@@ -165,7 +165,18 @@ class Agent:
         self.scope = scope
         self.state_dir = Path(state_dir)
         self.run_dir = Path(run_dir)
-        self.journal = Journal(self.state_dir, read_boot_id(host), self.policy.sha256)
+        try:
+            self.journal = Journal(self.state_dir, read_boot_id(host), self.policy.sha256)
+        except JournalError as exc:
+            raise AgentError(f"{exc}: `hostd restore` reports what it holds") from None
+        if self.journal.damaged:
+            number, why = self.journal.damaged[0]
+            raise AgentError(
+                f"{self.journal.path} is damaged ({len(self.journal.damaged)} unreadable "
+                f"line(s); line {number}: {why}): an agent started on it would take its own "
+                "values for originals. Run `hostd restore`: it restores every readable record "
+                "and sets the file aside"
+            )
         self.caps: Capabilities = probe(host)
         self.unchangeable: set[str] = set()
         self.last: dict = {}
@@ -201,6 +212,8 @@ class Agent:
         self.watcher = WatchLoop(self)
         self._last_status = 0.0
         self._status_counters: Counter[str] = Counter()
+        if self.journal.torn:
+            log.info("journal line=%d reason=cut-off-by-a-crash (never applied)", self.journal.torn)
         if self.journal.dropped_old_boot:
             log.info(
                 "journal dropped=%d reason=task-records-from-an-earlier-boot",
@@ -497,6 +510,13 @@ class Agent:
         self._log_problems(report)
 
     def _log_problems(self, report: PassReport) -> None:
+        unjournaled = [r for r in report.results if r.outcome == "unjournaled"]
+        if unjournaled:
+            log.error(
+                "journal write failed: %d change(s) not made: %s",
+                len(unjournaled),
+                unjournaled[0].detail,
+            )
         for r in report.results:
             if r.outcome in ("error",):
                 log.error("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
@@ -771,6 +791,8 @@ class Agent:
                 "stop restored %s",
                 " ".join(f"{k}={v}" for k, v in sorted(restored.counts.items())) or "nothing",
             )
+            if self.journal.problem:
+                log.error("journal %s", self.journal.problem)
             self.plan = None
             self._write_status(restored, 0.0, state="stopped")
         elif self._stop:

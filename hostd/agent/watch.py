@@ -33,6 +33,7 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 from hostd import knobs
+from hostd.journal import JournalError
 from hostd.plan import NORMAL_POLICIES, may_touch
 from hostd.policy import Policy
 from hostd.preempt import Key, Sample, Watch, demoted_summary, shielding_layers, why_kept
@@ -321,7 +322,12 @@ class WatchLoop:
         key = knobs.session_key(sid, since)
         if agent.mode == "enforce":
             leader_start = leader.start_time if leader is not None else None
-            journal.record([(key, {"sched": typical, "leader_start": leader_start})])
+            try:
+                journal.record([(key, {"sched": typical, "leader_start": leader_start})])
+            except JournalError as exc:  # no durable record: no demotion
+                self.watch.demoted.pop(sid, None)
+                log.error("preempt demote session=%d not done: %s", sid, exc)
+                return
         self.session_keys[sid], self.since[sid], self.typical[sid] = key, since, typical
         planner.demoted.add(sid)
         report = self._redecide(tasks)

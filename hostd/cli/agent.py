@@ -26,9 +26,11 @@ from hostd.agent import (
 )
 from hostd.cli.common import (
     EXIT_FAILURE,
+    EXIT_PARTIAL,
     JsonOpt,
     PolicyOpt,
     RootOpt,
+    err,
     fail,
     get_host,
     out,
@@ -36,7 +38,7 @@ from hostd.cli.common import (
 )
 from hostd.doctor import Finding, probe
 from hostd.host import Host
-from hostd.journal import Journal, read_boot_id
+from hostd.journal import Journal, JournalError, read_boot_id
 from hostd.policy import PolicyError
 from hostd.reconcile import restore as restore_journal
 from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
@@ -101,6 +103,8 @@ def run(
         )
     except PolicyError as exc:
         fail(str(exc))
+    except AgentError as exc:  # a damaged journal
+        fail(str(exc), EXIT_FAILURE)
     for warning in agent.policy.warnings:
         logging.getLogger("hostd").warning("policy %s", warning)
     try:
@@ -126,22 +130,52 @@ def restore(
             EXIT_FAILURE,
         )
     host = Host()
-    journal = Journal(state_dir, read_boot_id(host))
+    try:
+        journal = Journal(state_dir, read_boot_id(host))
+    except JournalError as exc:
+        fail(f"{exc}: nothing restored", EXIT_FAILURE)
     report = restore_journal(host, journal)
+    lost = [{"line": n, "why": why} for n, why in journal.damaged]
+    if journal.torn:
+        why = (
+            "cut off: if hostd crashed while writing it, its knobs were never written; if the "
+            "file was damaged, what was recorded after it is lost"
+        )
+        lost.append({"line": journal.torn, "why": why})
+    failed = [r for r in report.results if r.outcome not in ("restored", "gone")]
+    aside = None
+    if lost and not failed:
+        aside = journal.set_aside()  # every readable record is back: the agent may start
     if as_json:
         print_json(
-            [
-                {"key": r.key, "outcome": r.outcome, "value": r.value, "detail": r.detail}
-                for r in report.results
-            ]
+            {
+                "results": [
+                    {"key": r.key, "outcome": r.outcome, "value": r.value, "detail": r.detail}
+                    for r in report.results
+                ],
+                "unreadable": lost,
+                "set_aside": str(aside) if aside else None,
+                "journal_problem": journal.problem or None,
+            }
         )
     else:
         for r in report.results:
             out.print(f"{r.key}: {r.outcome}" + (f" ({r.detail})" if r.detail else ""))
+        for item in lost:
+            out.print(f"{journal.path} line {item['line']}: not restored ({item['why']})")
         out.print(f"restore: {summarize(report.counts)}")
-    failed = [r for r in report.results if r.outcome not in ("restored", "gone")]
+        if lost:
+            where = f"; the file is set aside as {aside}" if aside else ""
+            err.print(
+                f"hostd: restore is partial: {len(lost)} journal line(s) could not be read, "
+                f"and what they recorded is not restored{where}"
+            )
+    if journal.problem:
+        err.print(f"hostd: everything readable is restored, but the journal {journal.problem}")
     if failed:
         raise typer.Exit(EXIT_FAILURE)
+    if lost:
+        raise typer.Exit(EXIT_PARTIAL)
 
 
 def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:

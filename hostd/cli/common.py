@@ -1,7 +1,9 @@
 """Shared CLI plumbing: options, loading the policy and the host, error exits, JSON output.
 
 Commands call the library through these helpers and only render. Exit codes (DESIGN.md):
-0 ok, 1 runtime failure, 2 bad input (a bad policy, an unknown thread, a missing --root).
+0 ok, 1 runtime failure, 2 bad input (a bad policy, an unknown thread, a missing --root),
+3 partial (``hostd restore`` put back every record it could read, and the journal had lines it
+could not read: each is listed).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from hostd.host import Host
 from hostd.policy import Policy, PolicyError, load_default, load_policy
 from hostd.snapshot import Snapshot, take
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_PARTIAL = 0, 1, 2, 3
 
 PolicyOpt = typer.Option(
     None, "--policy", "-p", help="Policy file (default: the embedded training policy)."

@@ -50,4 +50,5 @@ def hold_cpu_dma_latency(host: Host, microseconds: int) -> int:
 
 
 for _name in FILES:
-    knobs.register(knobs.Knob(_name, _read, _write))
+    _check = knobs.CHECKS["freq" if _name == "scaling_min_freq" else "word"]
+    knobs.register(knobs.Knob(_name, _read, _write, check=_check))

@@ -20,4 +20,6 @@ def _write(host: Host, key: str, value: object) -> None:
     host.threads().set_affinity(tid, parse_cpulist(str(value)))
 
 
-AFFINITY = knobs.register(knobs.Knob("affinity", _read, _write, per_task=True))
+AFFINITY = knobs.register(
+    knobs.Knob("affinity", _read, _write, per_task=True, check=knobs.CHECKS["cpulist"])
+)

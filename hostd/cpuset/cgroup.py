@@ -233,9 +233,26 @@ def _write_member(host: Host, key: str, value: object) -> None:
     host.write(f"{mount}{path}/{'tasks' if version == 'v1' else 'cgroup.threads'}", str(tid))
 
 
-GROUP = knobs.register(knobs.Knob("cgroup", _read_group, _write_group))
-SUBTREE = knobs.register(knobs.Knob("subtree", _read_subtree, _write_subtree))
-MEMBER = knobs.register(knobs.Knob("cpuset", _read_member, _write_member, per_task=True))
+def _check_group(value: object) -> str | None:
+    """None (hostd created the cgroup) or {"cpus": CPU list, "mems": node list}."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"cpus", "mems"}:
+        return f"{value!r} is not a cpuset (cpus, mems)"
+    return knobs.CHECKS["cpulist"](value["cpus"]) or knobs.CHECKS["cpulist"](value["mems"])
+
+
+def _check_subtree(value: object) -> str | None:
+    return None if type(value) is bool else f"{value!r} is not true or false"
+
+
+GROUP = knobs.register(knobs.Knob("cgroup", _read_group, _write_group, check=_check_group))
+SUBTREE = knobs.register(knobs.Knob("subtree", _read_subtree, _write_subtree, check=_check_subtree))
+MEMBER = knobs.register(
+    knobs.Knob(
+        "cpuset", _read_member, _write_member, per_task=True, check=knobs.cgroup_path_problem
+    )
+)
 
 
 # -- cgroup v2 ---------------------------------------------------------------------------------

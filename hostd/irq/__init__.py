@@ -36,4 +36,4 @@ def _write(host: Host, key: str, value: object) -> None:
         raise
 
 
-IRQ = knobs.register(knobs.Knob("irq", _read, _write))
+IRQ = knobs.register(knobs.Knob("irq", _read, _write, check=knobs.CHECKS["cpulist"]))

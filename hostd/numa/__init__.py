@@ -123,4 +123,16 @@ def _write(host: Host, key: str, value: object) -> None:
         raise HostError(errno.EAGAIN, key, f"none of {report.pages} pages could be moved")
 
 
-NUMA = knobs.register(knobs.Knob("numa", _read, _write, per_task=True))
+def _check(value: object) -> str | None:
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and type(value[0]) is int
+        and 0 <= value[0] < 4096
+        and value[1] in (None, "move_pages", "migrate_pages")
+    ):
+        return None
+    return f"{value!r} is not [node, method]"
+
+
+NUMA = knobs.register(knobs.Knob("numa", _read, _write, per_task=True, check=_check))

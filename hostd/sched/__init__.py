@@ -71,10 +71,16 @@ def _write_autogroup(host: Host, key: str, value: object) -> None:
         host.write(rel, str(int(value)))  # type: ignore[call-overload]
 
 
-SCHED = knobs.register(knobs.Knob("sched", _read_sched, _write_sched, per_task=True))
-NICE = knobs.register(knobs.Knob("nice", _read_nice, _write_nice, per_task=True))
+SCHED = knobs.register(
+    knobs.Knob("sched", _read_sched, _write_sched, per_task=True, check=knobs.CHECKS["sched"])
+)
+NICE = knobs.register(
+    knobs.Knob("nice", _read_nice, _write_nice, per_task=True, check=knobs.CHECKS["nice"])
+)
 AUTOGROUP = knobs.register(
-    knobs.Knob("autogroup", _read_autogroup, _write_autogroup, per_task=True)
+    knobs.Knob(
+        "autogroup", _read_autogroup, _write_autogroup, per_task=True, check=knobs.CHECKS["nice"]
+    )
 )
 
 
@@ -133,4 +139,13 @@ def _sweep(host: Host, key: str, value: object) -> None:
         )
 
 
-PREEMPTED = knobs.register(knobs.Knob("preempted", _read_preempted, _sweep))
+def _check_preempted(value: object) -> str | None:
+    if not isinstance(value, dict) or set(value) != {"sched", "leader_start"}:
+        return f"{value!r} is not a session record (sched, leader_start)"
+    start = value["leader_start"]
+    if start is not None and (type(start) is not int or start < 0):
+        return f"leader_start {start!r} is not a start time"
+    return knobs.CHECKS["sched"](value["sched"])
+
+
+PREEMPTED = knobs.register(knobs.Knob("preempted", _read_preempted, _sweep, check=_check_preempted))

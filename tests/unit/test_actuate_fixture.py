@@ -144,3 +144,30 @@ def test_observed_answers_from_the_snapshot_only_for_the_same_thread():
         "irq/9/smp_affinity_list",
     ):
         assert seen.get(key, missing) is missing, key
+
+
+def test_a_full_state_disk_writes_no_knob_and_says_so(tree, tmp_path, monkeypatch):
+    """Write-ahead: with no durable record of its original, a knob is not written, on this
+    pass or the next; once the disk has room again the same pass applies everything."""
+    import errno
+    import os
+
+    before = _files(tree)
+    host, _, want, seen = _host_knobs(tree)
+    journal = Journal(tmp_path / "state", "boot")
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    for _ in range(2):  # the second pass must not take the first one's failed keys as recorded
+        report = reconcile(host, journal, want, seen, live_keys=set(), unchangeable=set())
+        assert set(report.counts) <= {"unjournaled", "skipped"}, report.counts
+        assert report.counts["unjournaled"] > 0
+        assert "No space left" in next(r.detail for r in report.results if r.detail)
+        assert _files(tree) == before and len(journal) == 0
+    monkeypatch.undo()
+    report = reconcile(host, journal, want, seen, live_keys=set(), unchangeable=set())
+    assert report.counts.get("applied", 0) > 0 and "unjournaled" not in report.counts
+    restore(host, journal)
+    assert _files(tree) == before
