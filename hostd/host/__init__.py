@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -115,6 +116,29 @@ class Host:
 
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self._prefix + rel)
+
+    def char_device(self, rel: str) -> tuple[int, int] | None:
+        """(major, minor) of the character device that ``rel`` leads to (an open file's
+        ``proc/PID/fd/N``: the kernel's own link to it, whatever the path the process used),
+        or None: not a character device, gone, or a fixture tree (its links dangle)."""
+        if not self.live:
+            return None
+        try:
+            st = os.stat(self._prefix + rel)
+        except OSError:
+            return None
+        if not stat.S_ISCHR(st.st_mode):
+            return None
+        return os.major(st.st_rdev), os.minor(st.st_rdev)
+
+    def char_majors(self) -> dict[int, str]:
+        """Character device majors and their drivers' names, from /proc/devices."""
+        out: dict[int, str] = {}
+        for line in (self.read_quiet("proc/devices") or "").split("Block devices:")[0].splitlines():
+            num, _, name = line.strip().partition(" ")
+            if num.isdigit():
+                out[int(num)] = name.strip()
+        return out
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, rel: str, text: str) -> None:

@@ -279,6 +279,23 @@ def _is_gate(pred: Predicate) -> bool:
     return True
 
 
+def _elevation(layer: Layer) -> str | None:
+    """What a layer gives its threads beyond what any user may take for themselves, in words
+    (None: nothing): real-time, a negative nice, a heavier session, precedence over other
+    work. (A catch-all group gives it to everything, which is the policy's choice, not a
+    user's: it is not warned about.)"""
+    sched = layer.sched
+    if sched.realtime:
+        return f"is real-time ({sched.policy})"
+    if sched.nice is not None and sched.nice < 0:
+        return f"gives nice {sched.nice}"
+    if sched.group_nice is not None and sched.group_nice < 0:
+        return f"gives its sessions nice {sched.group_nice}"
+    if layer.preempt:
+        return "preempts other work (preempt = true)"
+    return None
+
+
 def _key_name(name: str) -> str:
     """A key as TOML would write it: bare when it can be, else quoted (keeps errors one line)."""
     return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
@@ -557,12 +574,13 @@ class _Checker:
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
             epp, irqs, migrate, preempt, preemptible,
         )  # fmt: skip
-        if sched.realtime:
+        elevation = _elevation(layer)
+        if elevation:
             for i, group in enumerate(match):
-                if not any(_is_gate(p) for p in group):
+                if group and not any(_is_gate(p) for p in group):
                     self.warnings.append(
-                        f"{self.source}: {key}.match[{i}]: layer {name!r} is real-time "
-                        f"({sched.policy}) but this group tests only what any user controls "
+                        f"{self.source}: {key}.match[{i}]: layer {name!r} {elevation} "
+                        "but this group tests only what any user controls "
                         "(comm, cmdline, ...); any user could enter it by renaming a thread: "
                         "add a uid, cgroup or gpu condition"
                     )

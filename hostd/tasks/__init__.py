@@ -140,13 +140,43 @@ def _task(
     )  # fmt: skip
 
 
+# Which driver (its name in /proc/devices) a device file of each prefix must belong to.
+_DRIVERS = (
+    ("/dev/nvidia", ("nvidia",)),  # nvidia-frontend (GPUs, nvidiactl), nvidia-uvm, -caps, ...
+    ("/dev/kfd", ("kfd",)),
+    ("/dev/accel/", ("accel",)),
+    (RENDER_PREFIX, ("drm",)),
+)
+# The NVIDIA GPUs' major (minor 255 is nvidiactl): Documentation/admin-guide/devices.txt
+NVIDIA_FRONTEND = 195
+
+
 def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
+    """The GPU-driver and render device files the process holds. On the live host a file
+    counts only if the kernel says it is a character device of that driver (its major in
+    /proc/devices): the path a process opened is its own to choose (a file named /dev/nvidia0
+    in a mount namespace of its own), the device behind the fd is not. Fixture trees hold only
+    the link text."""
     found = set()
     base = f"proc/{pid}/fd/"
+    majors: dict[int, str] | None = None
     for fd in host.listdir(base):
         target = host.readlink(base + fd)
-        if target and target.startswith((*GPU_DEVICE_PREFIXES, RENDER_PREFIX)):
-            found.add(target)
+        if not target or not target.startswith((*GPU_DEVICE_PREFIXES, RENDER_PREFIX)):
+            continue
+        if host.live:
+            dev = host.char_device(base + fd)
+            if dev is None:
+                continue
+            if majors is None:
+                majors = host.char_majors()
+            driver = majors.get(dev[0], "")
+            want = next(names for prefix, names in _DRIVERS if target.startswith(prefix))
+            if not driver.startswith(want):
+                continue
+            if dev[0] == NVIDIA_FRONTEND and driver.startswith("nvidia"):
+                target = "/dev/nvidiactl" if dev[1] == 255 else f"/dev/nvidia{dev[1]}"
+        found.add(target)
     return tuple(sorted(found))
 
 

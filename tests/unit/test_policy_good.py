@@ -294,10 +294,23 @@ def test_rt_warning_names_the_ungated_group_only() -> None:
 
 
 @pytest.mark.parametrize(
-    "sched", ['{ policy = "other", nice = -10 }', '{ policy = "batch" }', '{ policy = "idle" }']
+    "sched", ['{ policy = "batch" }', '{ policy = "idle" }', '{ policy = "other", nice = 5 }']
 )
-def test_non_rt_layer_on_comm_does_not_warn(sched: str) -> None:
+def test_a_layer_that_elevates_nothing_does_not_warn(sched: str) -> None:
     assert _rt_policy('[[{ comm_prefix = "pt_nccl" }]]', sched).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("sched", "words"),
+    [
+        ('{ policy = "other", nice = -10 }', "gives nice -10"),
+        ("{ group_nice = -5 }", "gives its sessions nice -5"),
+    ],
+)
+def test_any_elevation_behind_a_name_only_warns(sched: str, words: str) -> None:
+    """Issue 15: any user got nice -5 by naming a thread pt_elastic*."""
+    (warning,) = _rt_policy('[[{ comm_prefix = "pt_elastic" }]]', sched).warnings
+    assert f"layer 'fast' {words} but this group tests only what any user controls" in warning
 
 
 @pytest.mark.parametrize("flag", ["gpu", "nvml_gpu_process", "is_kthread"])

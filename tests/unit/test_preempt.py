@@ -275,7 +275,7 @@ def test_a_demoted_sessions_non_preemptible_leader_gets_only_the_session_weight(
     planner, cls = _planner(policy, demoted={900})
     launcher = make_task("pt_elastic", pid=900, uid=0)
     tp = _decide(planner, cls, launcher)
-    assert (tp.layer, tp.policy, tp.nice, tp.group_nice) == ("helpers", "other", -5, 19)
+    assert (tp.layer, tp.policy, tp.nice, tp.group_nice) == ("helpers", None, None, 19)
     busy = make_task("python3", pid=905, session=900, parent_comm="pt_elastic", uid=0)
     tp = _decide(planner, cls, busy)
     assert (tp.layer, tp.policy) == ("rest", "idle")
