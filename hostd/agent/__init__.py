@@ -87,6 +87,16 @@ from hostd.reconcile import (
     restore,
     task_records,
 )
+from hostd.statedir import (
+    HOST_LOCK,
+    Locked,
+    UnsafeDir,
+    lock_host,
+    open_dir,
+    open_file,
+    owned_file,
+    write_atomic,
+)
 from hostd.tasks import Task, TaskCache
 from hostd.topology import Topology, read_topology
 
@@ -166,6 +176,10 @@ class Agent:
         self.state_dir = Path(state_dir)
         self.run_dir = Path(run_dir)
         try:
+            os.close(open_dir(self.state_dir, 0o700))
+        except UnsafeDir as exc:
+            raise AgentError(str(exc)) from None
+        try:
             self.journal = Journal(self.state_dir, read_boot_id(host), self.policy.sha256)
         except JournalError as exc:
             raise AgentError(f"{exc}: `hostd restore` reports what it holds") from None
@@ -182,6 +196,8 @@ class Agent:
         self.last: dict = {}
         self.passes = 0
         self._lock_fd: int | None = None
+        self._host_fd: int | None = None
+        self._run_fd: int | None = None
         self._stop = False
         self._reload = False
         self._poke = False
@@ -226,7 +242,8 @@ class Agent:
 
     @property
     def disabled(self) -> bool:
-        return (self.run_dir / "disabled").exists()
+        # Only a flag root could have made counts (the run dir is checked at start).
+        return owned_file(self.run_dir / "disabled")
 
     # -- full pass -----------------------------------------------------------------------------
     def _cstate(self, on: bool) -> None:
@@ -574,15 +591,25 @@ class Agent:
         self.watcher.changed = False
         self._last_status = time.monotonic()
         self._status_counters = self.counters.copy()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / "status.json.tmp"
-        tmp.write_text(json.dumps(status, indent=1))
-        os.replace(tmp, self.run_dir / "status.json")
+        if self._run_fd is None:
+            self._run_fd = open_dir(self.run_dir)
+        write_atomic(self._run_fd, "status.json", json.dumps(status, indent=1).encode())
 
     # -- the loop ------------------------------------------------------------------------------
     def _lock(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / "agent.pid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._host_fd = lock_host()
+        except Locked as exc:
+            raise AgentError(
+                f"another hostd agent is running (pid {exc.pid or '?'}; one per host: {HOST_LOCK})"
+            ) from None
+        except PermissionError:
+            raise AgentError(f"hostd run needs root (it could not take {HOST_LOCK})") from None
+        try:
+            self._run_fd = open_dir(self.run_dir)
+            fd = open_file(self._run_fd, "agent.pid", os.O_RDWR | os.O_CREAT, 0o644)
+        except (UnsafeDir, OSError) as exc:
+            raise AgentError(str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -5,12 +5,12 @@ Thin wrappers over ``hostd.agent``, ``hostd.reconcile.restore`` and ``hostd.doct
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import typer
 from rich.table import Table
@@ -44,6 +44,7 @@ from hostd.reconcile import restore as restore_journal
 from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
 from hostd.sidecar import describe as describe_sidecar
 from hostd.sidecar import scope as sidecar_scope
+from hostd.statedir import Locked, UnsafeDir, lock_host, open_dir, open_file
 
 StateOpt = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", envvar="HOSTD_STATE_DIR", help="Where the journal lives."
@@ -129,6 +130,15 @@ def restore(
             "`hostd disable` it",
             EXIT_FAILURE,
         )
+    if os.geteuid() != 0:
+        fail("hostd restore needs root (it writes what the root agent changed)", EXIT_FAILURE)
+    try:
+        os.close(open_dir(state_dir, 0o700))
+        lock_host()  # its fd stays open until this process exits: no agent starts meanwhile
+    except UnsafeDir as exc:
+        fail(str(exc), EXIT_FAILURE)
+    except Locked as exc:
+        fail(f"an agent is running (pid {exc.pid or '?'}): stop it (it restores)", EXIT_FAILURE)
     host = Host()
     try:
         journal = Journal(state_dir, read_boot_id(host))
@@ -264,12 +274,23 @@ def preempt_lines(pre: dict) -> list[str]:
 
 
 def _switch(run_dir: str, disabled: bool) -> None:
-    flag = Path(run_dir) / "disabled"
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    if disabled:
-        flag.touch()
-    else:
-        flag.unlink(missing_ok=True)
+    verb = "disable" if disabled else "enable"
+    if os.geteuid() != 0:
+        fail(f"hostd {verb} needs root (it switches the agent that runs as root)", EXIT_FAILURE)
+    try:
+        dir_fd = open_dir(run_dir)
+    except UnsafeDir as exc:
+        fail(str(exc), EXIT_FAILURE)
+    try:
+        if disabled:
+            os.close(open_file(dir_fd, "disabled", os.O_WRONLY | os.O_CREAT, 0o644))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink("disabled", dir_fd=dir_fd)
+    except OSError as exc:
+        fail(f"{run_dir}/disabled: {exc.strerror}", EXIT_FAILURE)
+    finally:
+        os.close(dir_fd)
     pid = agent_pid(run_dir)
     if pid is None:
         out.print(f"hostd {'disabled' if disabled else 'enabled'} (no agent is running now)")

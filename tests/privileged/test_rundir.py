@@ -1,0 +1,107 @@
+"""hostd's folders and the one-agent-per-host lock (root): folders another user can write are
+refused, a link planted in them is never followed, a switch another user made is not honoured,
+ordinary users are refused in one line, and a second agent or a restore under a running agent
+refuses whatever run and state dirs it was given."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostd.statedir import UnsafeDir, open_dir, owned_file, write_atomic
+from tests.privileged.test_agent import POLICY, Agent
+from tests.workload import TrainingJob
+
+_sibling = Path(sys.executable).with_name("hostd")
+HOSTD = str(_sibling) if _sibling.exists() else None
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: plays another user"),
+    pytest.mark.skipif(HOSTD is None, reason="the hostd console script is not installed"),
+    pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv(1)"),
+]
+
+
+def hostd(*args: str, user: list[str] | None = None) -> subprocess.CompletedProcess:
+    argv = [*(user or []), HOSTD, *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_a_folder_others_can_write_is_refused_and_a_planted_link_is_not_followed(tmp_path):
+    victim = tmp_path / "root-only"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    os.chown(run, 65534, 65534)  # nobody's folder: nobody planted a link in it
+    (run / "status.json").symlink_to(victim)
+    out = hostd("run", "--policy", str(POLICY), "--run-dir", str(run), "--state-dir",
+                str(tmp_path / "state"), "--mode", "observe", "--once")  # fmt: skip
+    assert out.returncode == 1 and "owned by uid 65534" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert victim.read_text() == "precious\n"
+    os.chown(run, 0, 0)
+    run.chmod(0o777)
+    with pytest.raises(UnsafeDir, match="writable by group or others"):
+        open_dir(run)
+
+
+def test_files_are_replaced_without_following_links(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    fd = open_dir(run)
+    try:
+        (run / "status.json").symlink_to(victim)  # as if planted before the folder was checked
+        (run / f".status.json.{os.getpid()}.tmp").symlink_to(victim)
+        write_atomic(fd, "status.json", b"{}")
+    finally:
+        os.close(fd)
+    assert victim.read_text() == "precious\n"
+    assert not (run / "status.json").is_symlink() and (run / "status.json").read_text() == "{}"
+    assert oct((run).stat().st_mode & 0o777) == oct(0o755)
+
+
+def test_a_switch_file_another_user_made_is_not_honoured(tmp_path):
+    flag = tmp_path / "disabled"
+    flag.touch()
+    assert owned_file(flag)
+    os.chown(flag, 65534, 65534)
+    assert not owned_file(flag)
+    flag.unlink()
+    flag.symlink_to(tmp_path)
+    assert not owned_file(flag)
+
+
+@pytest.mark.parametrize("command", ["disable", "enable", "restore"])
+def test_an_ordinary_user_is_refused_in_one_line(tmp_path, command):
+    tmp_path.chmod(0o755)
+    out = hostd(command, "--run-dir", str(tmp_path / "run"), user=NOBODY)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "needs root" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_one_agent_per_host_whatever_its_folders(tmp_path):
+    with TrainingJob(ranks=1, workers=0) as job:
+        agent = Agent(tmp_path, job.launcher)
+        try:
+            agent.wait_passes(1)
+            second = hostd("run", "--policy", str(POLICY), "--state-dir", str(tmp_path / "s2"),
+                           "--run-dir", str(tmp_path / "r2"), "--scope-pid",
+                           str(job.launcher))  # fmt: skip
+            assert second.returncode == 1, second.stdout + second.stderr
+            assert "another hostd agent is running" in second.stderr
+            assert f"pid {agent.proc.pid}" in second.stderr
+            restore = hostd("restore", "--state-dir", str(tmp_path / "s2"),
+                            "--run-dir", str(tmp_path / "r2"))  # fmt: skip
+            assert restore.returncode == 1 and "an agent is running" in restore.stderr
+        finally:
+            agent.stop()
+        assert agent.proc.returncode == 0
