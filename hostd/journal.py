@@ -56,6 +56,10 @@ class Record:
     version: str
     policy: str
     time: float
+    # For a thread's nice, sched and affinity: what hostd first wrote ("to"), the thread's
+    # session ("sid") and the boot tick ("tick") then, so that a restore can find the threads
+    # that inherited "to" from it (``hostd.reconcile.sweep_inherited``).
+    inherit: dict | None = None
 
 
 class JournalError(Exception):
@@ -136,6 +140,7 @@ class Journal:
                 entry["version"],
                 entry["policy"],
                 float(entry["time"]),
+                entry.get("inherit"),
             )
             if is_boot_bound(key) and record.boot != self.boot_id:
                 self.dropped_old_boot += 1
@@ -157,16 +162,17 @@ class Journal:
     # -- writing -----------------------------------------------------------------------------
     @staticmethod
     def _line(rec: Record) -> str:
-        return _summed(
-            {
-                "key": rec.key,
-                "orig": rec.orig,
-                "boot": rec.boot,
-                "version": rec.version,
-                "policy": rec.policy,
-                "time": round(rec.time, 3),
-            }
-        )
+        entry = {
+            "key": rec.key,
+            "orig": rec.orig,
+            "boot": rec.boot,
+            "version": rec.version,
+            "policy": rec.policy,
+            "time": round(rec.time, 3),
+        }
+        if rec.inherit is not None:
+            entry["inherit"] = rec.inherit
+        return _summed(entry)
 
     def _append(self, lines: Iterable[str], sync: bool = True) -> None:
         """Append lines; ``sync``: durable (fdatasync) before returning. The file stays open
@@ -214,14 +220,17 @@ class Journal:
             os.close(self._fd)
             self._fd = None
 
-    def record(self, originals: list[tuple[str, Value]]) -> None:
-        """Durably record originals of keys not yet recorded. Call before writing the knobs;
-        on ``JournalError`` nothing was recorded, and none of them may be written."""
+    def record(self, originals: list[tuple]) -> None:
+        """Durably record originals of keys not yet recorded: (key, original) or (key,
+        original, inherit). Call before writing the knobs; on ``JournalError`` nothing was
+        recorded, and none of them may be written."""
         now = time.time()
         new: dict[str, Record] = {}
-        for key, orig in originals:
+        for key, orig, *inherit in originals:
             if key not in self.records and key not in new:
-                new[key] = Record(key, orig, self.boot_id, __version__, self.policy_sha, now)
+                new[key] = Record(
+                    key, orig, self.boot_id, __version__, self.policy_sha, now, *inherit[:1]
+                )
         if not new:
             return
         try:
@@ -342,6 +351,17 @@ def _parse(raw: bytes) -> tuple[dict, None] | tuple[None, str]:
     why = knobs.check_value(key, entry["orig"])
     if why:
         return None, why
+    inherit = entry.get("inherit")
+    if inherit is not None:
+        ok = (
+            isinstance(inherit, dict)
+            and set(inherit) == {"to", "sid", "tick"}
+            and all(type(inherit[n]) is int and inherit[n] >= 0 for n in ("sid", "tick"))
+        )
+        why = None if ok else f"{key}: inherit {inherit!r} is not (to, sid, tick)"
+        why = why or knobs.check_value(key, inherit["to"])
+        if why:
+            return None, why
     for name in ("boot", "version", "policy"):
         entry.setdefault(name, "")
         if not isinstance(entry[name], str):

@@ -12,6 +12,7 @@ unchangeable (remembered: never retried), error. One failure never stops the pas
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections import Counter
@@ -28,6 +29,7 @@ from hostd import knobs
 from hostd.cpuset import CPUSET_ROOT, format_cpulist
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
 from hostd.host import Host, HostError
+from hostd.host.parsers import parse_stat
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
 from hostd.plan import NumaPlan, Plan, TaskPlan
@@ -147,6 +149,14 @@ class Observed:
     def __init__(self, tasks: Iterable[Task]) -> None:
         self.tasks = {t.tid: t for t in tasks}
 
+    def task(self, key: str) -> Task | None:
+        """The thread of a task key, if the snapshot holds that same thread."""
+        if not knobs.is_task_key(key):
+            return None
+        tid, start = knobs.parse_task_key(key)
+        t = self.tasks.get(tid)
+        return t if t is not None and t.start_time == start else None
+
     def get(self, key: str, default: object = None) -> object:
         if not knobs.is_task_key(key):
             return default
@@ -252,16 +262,24 @@ def reconcile(
 
     # Write-ahead: originals first, durably, then the writes.
     # The value just observed is the original, unless the snapshot could not see all of it.
-    originals: list[tuple[str, object]] = []
+    originals: list[tuple] = []
+    tick = None
     for key, value, current in changes:
         if key in journal:
             continue
         try:
             if isinstance(current, list) and None in current:
                 current = knobs.read(host, key)
-            originals.append((key, inherited(key, current) if inherited else current))
+            orig = inherited(key, current) if inherited else current
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
+            continue
+        task = observed.task(key) if knobs.kind_of(key) in INHERITABLE else None
+        if task is None:
+            originals.append((key, orig))
+            continue
+        tick = host.ticks_now() if tick is None else tick
+        originals.append((key, orig, {"to": value, "sid": task.process.session, "tick": tick}))
     unjournaled = ""
     try:
         journal.record(originals)
@@ -287,6 +305,9 @@ def reconcile(
 
 
 _UNKNOWN = object()
+# What a thread passes on to the threads and processes it creates (sched(7), fork(2)): nice,
+# a non-real-time policy (real-time ones hostd sets with reset-on-fork), the CPU affinity.
+INHERITABLE = ("nice", "sched", "affinity")
 TASK_KINDS = ("cpuset", "affinity", "sched", "nice", "autogroup", "numa")
 
 
@@ -338,7 +359,61 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
 
 
 def restore(host: Host, journal: Journal) -> PassReport:
-    """Put back every knob in the journal; idempotent (a second run finds nothing to do)."""
+    """Put back every knob in the journal, then what threads inherited from the threads hostd
+    changed; idempotent (a second run finds nothing to do)."""
+    heirs = [rec for rec in journal.records.values() if rec.inherit]
     report = PassReport(restore_keys(host, journal, journal.recorded()))
+    report.results += sweep_inherited(host, heirs)
     journal.compact()
     return report
+
+
+def sweep_inherited(host: Host, records: list) -> list[Result]:
+    """Threads that inherited a value hostd wrote get the original back: for each record
+    (``Record.inherit``: what hostd wrote, the thread's session and the boot tick then), every
+    thread started since that tick in that session, or in a process descending from one of
+    its processes, whose value is still what hostd wrote. (A thread hostd also changed itself
+    was restored to what it had, which is that inherited value: it is put back here too.)
+    After a crash as after a stop: ``hostd restore`` runs this as well."""
+    if not records:
+        return []
+    procs: dict[int, tuple[int, int]] = {}  # pid -> (ppid, session)
+    for entry in host.listdir("proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = host.read(f"proc/{entry}/stat")
+                if text:
+                    st = parse_stat(text)
+                    procs[int(entry)] = (st.ppid, st.session)
+    results: list[Result] = []
+    members: dict[int, set[int]] = {}
+    for rec in records:
+        sid, since, to = rec.inherit["sid"], rec.inherit["tick"], rec.inherit["to"]
+        kind = knobs.kind_of(rec.key)
+        own, _ = knobs.parse_task_key(rec.key)
+        if sid not in members:
+            found = {pid for pid, (_, session) in procs.items() if session == sid}
+            grew = True
+            while grew:  # processes that left the session (setsid) still descend from it
+                more = {pid for pid, (ppid, _) in procs.items() if ppid in found} - found
+                found |= more
+                grew = bool(more)
+            members[sid] = found
+        for pid in sorted(members[sid]):
+            for entry in host.listdir(f"proc/{pid}/task"):
+                tid = int(entry)
+                if tid == own:
+                    continue
+                start = host.start_time(tid)
+                if start is None or start < since:
+                    continue
+                key = knobs.task_key(tid, start, kind)
+                try:
+                    if not same(knobs.read(host, key), to):
+                        continue
+                    knobs.write(host, key, rec.orig)
+                    results.append(Result(key, "restored", rec.orig, f"inherited from {own}"))
+                except HostError as exc:
+                    if _outcome(exc) != "gone":
+                        results.append(Result(key, _outcome(exc), rec.orig, str(exc)))
+    return results
