@@ -48,8 +48,26 @@ def _write_nice(host: Host, key: str, value: object) -> None:
     host.threads().set_nice(knobs.live_tid(host, key), int(value))  # type: ignore[arg-type]
 
 
+def _session_process(host: Host, key: str) -> int:
+    """A live process of the session the key's leader led: the leader, or, once it exited,
+    another member (they share its autogroup, and the kernel keeps the session id unused)."""
+    try:
+        return knobs.live_tid(host, key)
+    except Gone:
+        sid, _ = knobs.parse_task_key(key)
+        for entry in host.listdir("proc"):
+            if entry.isdigit():
+                try:
+                    text = host.read(f"proc/{entry}/stat")
+                    if text and parse_stat(text).session == sid:
+                        return int(entry)
+                except (HostError, ValueError, IndexError):
+                    continue
+        raise
+
+
 def _read_autogroup(host: Host, key: str) -> int:
-    tid = knobs.live_tid(host, key)
+    tid = _session_process(host, key)
     text = host.read(f"proc/{tid}/autogroup")
     if text is None:
         raise Gone(errno.ESRCH, key, "the process is gone")
@@ -60,7 +78,7 @@ def _read_autogroup(host: Host, key: str) -> int:
 
 
 def _write_autogroup(host: Host, key: str, value: object) -> None:
-    rel = f"proc/{knobs.live_tid(host, key)}/autogroup"
+    rel = f"proc/{_session_process(host, key)}/autogroup"
     try:
         host.write(rel, str(int(value)))  # type: ignore[call-overload]
     except HostError as exc:

@@ -53,8 +53,13 @@ def _state(tid: int) -> tuple:
 @pytest.mark.parametrize("how", ["stop", "kill -9, then hostd restore"])
 def test_what_children_inherited_is_restored(tmp_path, how):
     host = Host()
-    proc = subprocess.Popen([sys.executable, "-c", PARENT], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARENT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         before = _state(proc.pid)
         cpu = min(os.sched_getaffinity(0))
@@ -87,3 +92,33 @@ def test_what_children_inherited_is_restored(tmp_path, how):
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+AUTOGROUPS = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+
+
+@pytest.mark.skipif(not AUTOGROUPS, reason="autogroups are off")
+def test_a_session_weight_comes_back_after_its_leader_exited(tmp_path):
+    """The session's other processes keep the autogroup hostd weighed: restored through them."""
+    host = Host()
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 120 & echo $!; exec sleep 120"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    member = int(leader.stdout.readline())
+    try:
+        nice = int(Path(f"/proc/{member}/autogroup").read_text().split()[-1])
+        key = knobs.task_key(leader.pid, host.start_time(leader.pid), "autogroup")
+        journal = Journal(tmp_path / "state", read_boot_id(host))
+        journal.record([(key, nice)])
+        knobs.write(host, key, nice - 5)
+        leader.kill()
+        leader.wait()
+        assert Path(f"/proc/{member}/autogroup").read_text().split()[-1] == str(nice - 5)
+        result = restore(host, journal)
+        assert [r.outcome for r in result.results] == ["restored"], result.results
+        assert Path(f"/proc/{member}/autogroup").read_text().split()[-1] == str(nice)
+    finally:
+        os.kill(member, 9)
