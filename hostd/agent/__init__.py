@@ -114,6 +114,7 @@ def load_checked(path: str | None, allow_insecure: bool) -> Policy:
     """The policy, refusing one that a non-root user could have written (raises PolicyError)."""
     if path is None:
         return load_default()
+    policy = load_policy(path)  # a missing, looping or non-regular file is said as such first
     if os.geteuid() == 0 and not allow_insecure:
         why = insecure_reason(path)
         if why:
@@ -122,7 +123,7 @@ def load_checked(path: str | None, allow_insecure: bool) -> Policy:
                 f"a policy only root can change ({why}); "
                 "pass --allow-insecure-policy to use it anyway",
             )
-    return load_policy(path)
+    return policy
 
 
 def read_status(run_dir: str | Path) -> dict | None:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hostd.policy import Layer, Policy, Predicate
+from hostd.policy import MATCH_CHARS, Layer, Policy, Predicate
 from hostd.tasks import GPU_DEVICE_PREFIXES, Task
 
 Test = Callable[[Task], bool]
@@ -95,7 +95,8 @@ def _compile(pred: Predicate) -> Test:
         elif name == "cgroup_regex":
             test = lambda t: search(t.process.cgroup) is not None  # noqa: E731
         else:
-            test = lambda t: search(t.process.cmdline) is not None  # noqa: E731
+            # A user's cmdline can be long: the match sees its start (MATCH_CHARS), bounded.
+            test = lambda t: search(t.process.cmdline[:MATCH_CHARS]) is not None  # noqa: E731
     elif name == "exe":
         exes = frozenset(value)  # type: ignore[arg-type]
         test = lambda t: t.process.exe in exes  # noqa: E731

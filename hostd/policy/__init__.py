@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+
+try:  # the regular expression parser, for the limits (Python 3.11+; sre_parse before)
+    from re import _parser as _sre_parser  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    import sre_parse as _sre_parser  # type: ignore[no-redef]
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -341,7 +349,12 @@ class _Checker:
         return value
 
     def number(self, value: object, key: str, lo: float, hi: float, what: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not lo <= value <= hi
+        ):
             raise self.fail(key, value, f"{what}, {lo:g} to {hi:g}")
         return float(value)
 
@@ -391,9 +404,9 @@ class _Checker:
                 raise self.fail(sub, arg, "a non-empty string or a list of non-empty strings")
             if name == "comm_prefix" or name == "pcomm_prefix" or name == "parent_comm_prefix":
                 for s in items:
-                    if len(s) > 15:
+                    if len(s.encode()) > 15:
                         raise self.fail(
-                            sub, s, "at most 15 characters (the kernel truncates comm to 15)"
+                            sub, s, "at most 15 bytes of UTF-8 (the kernel keeps 15 of a comm)"
                         )
             if name in ("exe", "cgroup_prefix"):
                 for s in items:
@@ -405,10 +418,9 @@ class _Checker:
         if name in REGEX_PREDICATES:
             if not isinstance(arg, str) or not arg:
                 raise self.fail(sub, arg, "a regular expression as a non-empty string")
-            try:
-                re.compile(arg)
-            except re.error as exc:
-                raise self.fail(sub, arg, f"a valid regular expression ({exc})") from None
+            why = regex_problem(arg)
+            if why:
+                raise self.fail(sub, arg, f"a regular expression that {why}")
             return Predicate(name, arg)
         if name in ID_PREDICATES:
             items = [arg] if isinstance(arg, int) and not isinstance(arg, bool) else arg
@@ -616,19 +628,17 @@ class _Checker:
         restore_on_exit = agent.get("restore_on_exit", True)
         if not isinstance(restore_on_exit, bool):
             raise self.fail("agent.restore_on_exit", restore_on_exit, "true or false")
-        interval = agent.get("interval", 5.0)
-        if (
-            isinstance(interval, bool)
-            or not isinstance(interval, (int, float))
-            or not (0.1 <= interval <= 3600)
-        ):
-            raise self.fail("agent.interval", interval, "seconds between passes, 0.1 to 3600")
+        interval = self.number(
+            agent.get("interval", 5.0), "agent.interval", 0.1, 3600, "seconds between passes"
+        )
         source = self.choice(agent.get("source", "auto"), "agent.source", SOURCES)
-        rescan = agent.get("rescan_interval", 60.0)
-        if isinstance(rescan, bool) or not isinstance(rescan, (int, float)) or rescan < 1:
-            raise self.fail(
-                "agent.rescan_interval", rescan, "seconds between drift rescans, at least 1"
-            )
+        rescan = self.number(
+            agent.get("rescan_interval", 60.0),
+            "agent.rescan_interval",
+            1,
+            86400,
+            "seconds between drift rescans",
+        )
         agent_nice = agent.get("nice", -10)
         if agent_nice != "keep" and (
             isinstance(agent_nice, bool)
@@ -774,19 +784,105 @@ def parse_policy(raw: bytes, source: str) -> Policy:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(source, "", _NOTHING, f"valid TOML ({exc})") from None
+    except RecursionError:
+        raise PolicyError(source, "", _NOTHING, "TOML nested less deep") from None
     return _Checker(source).policy(data, raw)
 
 
+MAX_POLICY_BYTES = 1 << 20
+
+
 def load_policy(path: str | Path) -> Policy:
-    """Read and validate a policy file. Raises PolicyError (also for a missing file)."""
+    """Read and validate a policy file: a regular file of at most 1 MiB (a FIFO or a device
+    would hang or flood the reader). Raises PolicyError (also for a missing file)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise PolicyError(str(path), "", _NOTHING, "a policy file, not a folder") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise PolicyError(str(path), "", _NOTHING, f"a readable file ({exc.strerror})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise PolicyError(str(path), "", _NOTHING, "a policy file, not a folder")
+        if not stat.S_ISREG(mode):
+            raise PolicyError(str(path), "", _NOTHING, "a regular file (not a FIFO or a device)")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise PolicyError(str(path), "", _NOTHING, f"a readable file ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(str(path), "", _NOTHING, "a policy file of at most 1 MiB")
     return parse_policy(raw, str(path))
+
+
+# Regular expressions in a policy run against what any user controls (comm, cmdline): they
+# must compile under limits and match in bounded time. Python's engine backtracks, so a
+# quantifier over something that can itself repeat or branch, "(a+)+$", "(a|aa)*", can take
+# exponential time on a crafted cmdline: such patterns are refused, and what they see is cut
+# to MATCH_CHARS.
+MAX_REGEX_CHARS, MAX_REGEX_DEPTH, MAX_REPEAT_COUNT, MATCH_CHARS = 512, 16, 1000, 4096
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why ``pattern`` may not be a policy's regular expression (None: it may)."""
+    if len(pattern) > MAX_REGEX_CHARS:
+        return f"is at most {MAX_REGEX_CHARS} characters long"
+    depth = deepest = 0
+    escaped = False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    if deepest > MAX_REGEX_DEPTH:
+        return f"nests at most {MAX_REGEX_DEPTH} groups"
+    try:
+        tree = _sre_parser.parse(pattern)
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        return f"compiles ({exc})"
+    return _repeat_problem(tree.data if hasattr(tree, "data") else tree, inside=False)
+
+
+def _repeat_problem(items: object, inside: bool) -> str | None:
+    for op, av in items:  # type: ignore[attr-defined]
+        name = str(op)
+        if name in _REPEATS:
+            low, high, body = av
+            if low > MAX_REPEAT_COUNT or (
+                high != _sre_parser.MAXREPEAT and high > MAX_REPEAT_COUNT
+            ):
+                return f"repeats at most {MAX_REPEAT_COUNT} times"
+            if high > 1:
+                if inside:
+                    return (
+                        "has no quantifier over a repeating group such as (a+)+ "
+                        "(it can take exponential time)"
+                    )
+                why = _repeat_problem(body.data, inside=True)
+                if why:
+                    return why
+                continue
+        if name == "BRANCH" and inside:
+            return (
+                "has no quantifier over alternatives such as (a|ab)* (it can take exponential time)"
+            )
+        for part in av if isinstance(av, (tuple, list)) else ():
+            subs = part if isinstance(part, list) else [part]
+            for sp in subs:
+                if hasattr(sp, "data"):
+                    why = _repeat_problem(sp.data, inside)
+                    if why:
+                        return why
+    return None
 
 
 def insecure_reason(path: str | Path) -> str | None:
@@ -795,7 +891,10 @@ def insecure_reason(path: str | Path) -> str | None:
     A file or folder that a non-root user can write lets that user choose which threads become
     real-time: hostd refuses it unless told otherwise (``--allow-insecure-policy``).
     """
-    path = Path(path).resolve()
+    try:
+        path = Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        return f"{path}: cannot be resolved ({exc})"
     for target in (path, path.parent):
         try:
             st = target.stat()

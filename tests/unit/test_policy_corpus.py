@@ -213,3 +213,40 @@ def test_cli_one_bad_among_good_exits_2() -> None:
     assert result.returncode == 2
     assert f"{good}: ok" in result.stdout
     assert result.stderr.strip().endswith(_error(bad))
+
+
+# -- files that are not plain policy files ----------------------------------------------------
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO hung `policy check` (and kept a reloading agent from hearing SIGTERM)."""
+    import os
+
+    fifo = tmp_path / "policy.toml"
+    os.mkfifo(fifo)
+    assert _error(fifo) == f"{fifo}: expected a regular file (not a FIFO or a device)"
+
+
+def test_a_symlink_loop_is_a_policy_error(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert "Too many levels of symbolic links" in _error(a)
+
+
+def test_a_file_over_a_mebibyte_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "huge.toml"
+    path.write_bytes(b"# " + b"x" * (1 << 20) + b"\n")
+    assert _error(path) == f"{path}: expected a policy file of at most 1 MiB"
+
+
+@needs_cli
+def test_run_with_a_looping_policy_path_is_exit_2(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    out = subprocess.run(
+        [HOSTD, "run", "--policy", str(a), "--mode", "observe", "--once", "--run-dir",
+         str(tmp_path / "r"), "--state-dir", str(tmp_path / "s")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
