@@ -396,3 +396,10 @@ def test_default_policy_layers() -> None:
 def test_rt_layer_gated_on_what_users_choose_warns(gate: str) -> None:
     policy = _rt_policy(f'[[{{ comm_prefix = "pt_nccl" }}, {gate}]]')
     assert len(policy.warnings) == 1
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "policies").glob("*.toml")), ids=lambda p: p.stem)
+def test_shipped_policies_elevate_nothing_behind_a_name_alone(path: Path) -> None:
+    """Issue 15: no real-time, negative nice, session nice or preempt that any user could
+    claim by renaming a thread."""
+    assert load_policy(path).warnings == ()
