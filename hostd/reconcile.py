@@ -274,7 +274,11 @@ def reconcile(
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
             continue
-        task = observed.task(key) if knobs.kind_of(key) in INHERITABLE else None
+        task = (
+            observed.task(key)
+            if isinstance(observed, Observed) and knobs.kind_of(key) in INHERITABLE
+            else None
+        )
         if task is None:
             originals.append((key, orig))
             continue

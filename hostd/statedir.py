@@ -16,9 +16,12 @@ knobs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import socket
 import stat
+import struct
 from pathlib import Path
 
 
@@ -95,8 +98,15 @@ class Locked(Exception):
 def lock_host(path: str = HOST_LOCK) -> int:
     """Hold the host-wide lock (one agent, or one restore, per host, whatever their run and
     state dirs) until the returned fd is closed, or raise ``Locked``. The lock lives in a
-    root-only folder, so no other user can take it first."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    root-only folder, so no other user can take it first. Where that folder cannot hold it
+    (a read-only /run), an abstract socket name holds the lock instead (per network
+    namespace; any user could take that name first, so it is only the fallback)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.ENOENT):
+            raise
+        return _lock_socket()
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -106,3 +116,22 @@ def lock_host(path: str = HOST_LOCK) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _lock_socket() -> int:
+    """The lock as a listening abstract socket: its name is free again when the process exits;
+    a second taker learns the holder's pid from the socket's peer credentials."""
+    name = b"\0hostd.lock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(name)
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        pid = 0
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(name)
+            cred = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid = struct.unpack("3i", cred)[0]
+        raise Locked(pid) from None
+    return sock.detach()

@@ -828,6 +828,13 @@ class Agent:
             self.plan = None
             self._write_status(PassReport(), 0.0, state="stopped")
         self.journal.close()
+        # The locks go with the run (an agent may run inside a longer process: the tests).
+        for name in ("_lock_fd", "_host_fd", "_run_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
 
 
 def summarize(counts: Counter | dict) -> str:

@@ -134,11 +134,18 @@ def restore(
         fail("hostd restore needs root (it writes what the root agent changed)", EXIT_FAILURE)
     try:
         os.close(open_dir(state_dir, 0o700))
-        lock_host()  # its fd stays open until this process exits: no agent starts meanwhile
+        lock = lock_host()  # no agent starts while this restore runs
     except UnsafeDir as exc:
         fail(str(exc), EXIT_FAILURE)
     except Locked as exc:
         fail(f"an agent is running (pid {exc.pid or '?'}): stop it (it restores)", EXIT_FAILURE)
+    try:
+        _restore(state_dir, as_json)
+    finally:
+        os.close(lock)  # (the command may run inside a longer process: the tests' CliRunner)
+
+
+def _restore(state_dir: str, as_json: bool) -> None:
     host = Host()
     try:
         journal = Journal(state_dir, read_boot_id(host))

@@ -319,9 +319,10 @@ def test_a_renamed_thread_moves_layers_and_still_restores_to_its_first_original(
             n = agent.status()["passes"]
             os.kill(rank, signal.SIGUSR1)  # it renames itself "python3": now a trainer thread
 
-            def moved() -> bool:
+            def moved() -> bool:  # the cpuset join may wait for a quiet moment: wait for it too
                 state = _thread_state(gloo)
-                return state[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and state[2] == 10
+                fifo = state[1] == os.SCHED_FIFO | os.SCHED_RESET_ON_FORK and state[2] == 10
+                return fifo and state[4] == "/hostd/trainer"
 
             wait_for(moved, "the renamed thread in the trainer layer", agent)
             state = _thread_state(gloo)

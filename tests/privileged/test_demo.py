@@ -84,9 +84,12 @@ def test_demo_table_and_bad_input():
 
 def test_ctrl_c_while_the_agent_runs_restores_and_leaves_nothing():
     before = _host()
+    # SIGINT as a terminal has it: a shell's background job (CI started with "&") inherits it
+    # ignored, and Python then never raises KeyboardInterrupt.
     proc = subprocess.Popen(
         [*HOSTD, "demo", "--seconds", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         # The third arm is under way once an agent is running.

@@ -105,3 +105,28 @@ def test_one_agent_per_host_whatever_its_folders(tmp_path):
         finally:
             agent.stop()
         assert agent.proc.returncode == 0
+
+
+def test_where_run_is_read_only_an_abstract_socket_holds_the_lock(tmp_path):
+    """The VM tier's /run is read-only: the lock falls back to an abstract socket name."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(ro)], check=True)
+    try:
+        from hostd.statedir import lock_host
+
+        fd = lock_host(str(ro / "hostd.lock"))
+        try:
+            probe = (
+                "import sys\nfrom hostd.statedir import Locked, lock_host\n"
+                f"try:\n    lock_host({str(ro / 'hostd.lock')!r})\nexcept Locked as e:\n"
+                "    print(e.pid)\nelse:\n    print('taken')\n"
+            )
+            out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+            assert out.stdout.strip() == str(os.getpid()), out.stdout + out.stderr
+        finally:
+            os.close(fd)
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+        assert out.stdout.strip() == "taken", out.stdout + out.stderr
+    finally:
+        subprocess.run(["umount", str(ro)], check=False)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Churn: the agent under thousands of short-lived threads in hundreds of processes.
+
+    sudo python3 bench/churn.py [--processes 200] [--threads 25] [--write RELIABILITY.md]
+
+A stand-in launcher (comm ``pt_elastic``) starts ``--processes`` rank-like children, one after
+another (each leads a session of its own, as torchrun's ranks do); each child starts
+``--threads`` threads named ``pt_gloo_runloop`` that live ``--life`` seconds, then exits. So
+the agent (``hostd run``, default policy, scoped to the launcher's tree, temporary folders)
+sees every child become trainer (its session weighed) and every thread become comms (nice -5),
+and all of them exit again. Reported: the agent's errors (ERROR lines, tracebacks), its CPU
+time over the churn as a share of one CPU, its RSS at the start, highest and end, its action
+counts, and whether the stop restored everything (an empty journal). Never part of the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SECTION = "## Churn (bench/churn.py)"
+CLK = os.sysconf("SC_CLK_TCK")
+
+LAUNCHER = r"""
+import ctypes, os, sys, threading, time
+libc = ctypes.CDLL(None)
+libc.prctl(15, b"pt_elastic", 0, 0, 0)
+n, per, life = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+sys.stdin.readline()  # the agent is up
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        def work():
+            libc.prctl(15, b"pt_gloo_runloop", 0, 0, 0)
+            time.sleep(life)
+        ts = [threading.Thread(target=work) for _ in range(per)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        os._exit(0)
+    time.sleep(life / 4)
+    os.waitpid(-1, os.WNOHANG)
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+print("done", flush=True)
+"""
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run(args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="hostd-churn-") as tmp:
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER, str(args.processes), str(args.threads),
+             str(args.life)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        log = Path(tmp) / "agent.log"
+        with open(log, "w") as err:  # the agent keeps its own copy of the fd
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "hostd", "run", "--state-dir", f"{tmp}/state",
+                 "--run-dir", f"{tmp}/run", "--scope-pid", str(launcher.pid)],
+                stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
+            )  # fmt: skip
+        status = Path(tmp) / "run" / "status.json"
+        deadline = time.monotonic() + 60
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rss0, cpu0, t0 = _rss_mib(agent.pid), _cpu(agent.pid), time.monotonic()
+        peak = rss0
+        launcher.stdin.write("go\n")
+        launcher.stdin.flush()
+        while launcher.poll() is None:
+            peak = max(peak, _rss_mib(agent.pid))
+            time.sleep(0.25)
+        time.sleep(2)  # the agent catches up with the last exits
+        cpu1, t1, rss1 = _cpu(agent.pid), time.monotonic(), _rss_mib(agent.pid)
+        st = json.loads(status.read_text())
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        text = log.read_text()
+        journal = Path(tmp) / "state" / "journal.jsonl"
+        return {
+            "processes": args.processes,
+            "threads": args.processes * args.threads,
+            "seconds": round(t1 - t0, 1),
+            "cpu_share": round((cpu1 - cpu0) / (t1 - t0), 3),
+            "rss_mib": [round(rss0, 1), round(peak, 1), round(rss1, 1)],
+            "errors": text.count(" ERROR ") + text.count("Traceback"),
+            "counters": st.get("events", {}),
+            "exit": agent.returncode,
+            "journal_left": journal.exists(),
+        }
+
+
+def render(r: dict) -> str:
+    counters = ", ".join(f"{k} {v}" for k, v in sorted(r["counters"].items())) or "none"
+    return (
+        f"{SECTION}\n\n"
+        f"`sudo python3 bench/churn.py --processes {r['processes']}` on "
+        f"this host ({os.cpu_count()} CPUs, kernel "
+        f"{platform.release()}), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
+        f"{r['threads']:,} threads in {r['processes']} processes over {r['seconds']} s.\n\n"
+        "| errors | agent CPU (share of one CPU) | agent RSS MiB: start / highest / end | "
+        "exit | journal left after the stop |\n|---:|---:|---|---:|---|\n"
+        f"| {r['errors']} | {r['cpu_share']:.1%} | {' / '.join(map(str, r['rss_mib']))} | "
+        f"{r['exit']} | {'yes' if r['journal_left'] else 'no'} |\n\n"
+        f"The agent's event and action counters at the end: {counters}.\n"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=25)
+    ap.add_argument("--life", type=float, default=0.4, help="seconds each thread lives")
+    ap.add_argument("--write", type=Path, help="replace the section in this file")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench/churn.py needs root (the agent changes the churn's threads)")
+    text = render(run(args))
+    print(text)
+    if args.write:
+        doc = args.write.read_text()
+        if SECTION in doc:
+            head, _, rest = doc.partition(SECTION)
+            tail = rest[rest.find("\n## ") :] if "\n## " in rest else "\n"
+            doc = head + text + tail
+        else:
+            doc = doc.rstrip("\n") + "\n\n" + text
+        args.write.write_text(doc)
+
+
+if __name__ == "__main__":
+    main()
