@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -389,35 +390,43 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
                 if text:
                     st = parse_stat(text)
                     procs[int(entry)] = (st.ppid, st.session)
-    results: list[Result] = []
-    members: dict[int, set[int]] = {}
+    # Per session and kind, what hostd wrote -> (the earliest tick it wrote it, the original,
+    # the thread it wrote it to): one read per thread and kind, whatever the number of records.
+    wrote: dict[int, dict[str, dict[str, tuple[int, object, int]]]] = {}
     for rec in records:
-        sid, since, to = rec.inherit["sid"], rec.inherit["tick"], rec.inherit["to"]
         kind = knobs.kind_of(rec.key)
+        to = json.dumps(rec.inherit["to"])
         own, _ = knobs.parse_task_key(rec.key)
-        if sid not in members:
-            found = {pid for pid, (_, session) in procs.items() if session == sid}
-            grew = True
-            while grew:  # processes that left the session (setsid) still descend from it
-                more = {pid for pid, (ppid, _) in procs.items() if ppid in found} - found
-                found |= more
-                grew = bool(more)
-            members[sid] = found
-        for pid in sorted(members[sid]):
+        by_to = wrote.setdefault(rec.inherit["sid"], {}).setdefault(kind, {})
+        tick = rec.inherit["tick"]
+        if to not in by_to or tick < by_to[to][0]:
+            by_to[to] = (tick, rec.orig, own)
+    results: list[Result] = []
+    for sid, kinds in wrote.items():
+        members = {pid for pid, (_, session) in procs.items() if session == sid}
+        grew = True
+        while grew:  # processes that left the session (setsid) still descend from it
+            more = {pid for pid, (ppid, _) in procs.items() if ppid in members} - members
+            members |= more
+            grew = bool(more)
+        for pid in sorted(members):
             for entry in host.listdir(f"proc/{pid}/task"):
                 tid = int(entry)
-                if tid == own:
-                    continue
                 start = host.start_time(tid)
-                if start is None or start < since:
+                if start is None:
                     continue
-                key = knobs.task_key(tid, start, kind)
-                try:
-                    if not same(knobs.read(host, key), to):
-                        continue
-                    knobs.write(host, key, rec.orig)
-                    results.append(Result(key, "restored", rec.orig, f"inherited from {own}"))
-                except HostError as exc:
-                    if _outcome(exc) != "gone":
-                        results.append(Result(key, _outcome(exc), rec.orig, str(exc)))
+                for kind, by_to in kinds.items():
+                    key = knobs.task_key(tid, start, kind)
+                    try:
+                        current = knobs.read(host, key)
+                        if isinstance(current, list) and kind == "sched":
+                            current = [*current[:2], False]  # a child's reset flag is off
+                        hit = by_to.get(json.dumps(current))
+                        if hit is None or start < hit[0] or tid == hit[2]:
+                            continue
+                        knobs.write(host, key, hit[1])
+                        results.append(Result(key, "restored", hit[1], f"inherited from {hit[2]}"))
+                    except HostError as exc:
+                        if _outcome(exc) != "gone":
+                            results.append(Result(key, _outcome(exc), None, str(exc)))
     return results
