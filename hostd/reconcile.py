@@ -159,11 +159,8 @@ class Observed:
         return t if t is not None and t.start_time == start else None
 
     def get(self, key: str, default: object = None) -> object:
-        if not knobs.is_task_key(key):
-            return default
-        tid, start = knobs.parse_task_key(key)
-        t = self.tasks.get(tid)
-        if t is None or t.start_time != start:
+        t = self.task(key)
+        if t is None:
             return default
         kind = knobs.kind_of(key)
         if kind == "affinity":
