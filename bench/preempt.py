@@ -17,7 +17,11 @@ repetition (none needs hostd; each puts back what it changed):
 - ``SCHED_IDLE + session nice 19``: both: what hostd's preemption does;
 - ``cgroup cpu.idle``: the competitors moved to a new cgroup with ``cpu.idle = 1`` (v1: a child
   of the cpu hierarchy's root; v2: a child of the root with the cpu controller enabled);
-- ``cgroup min weight``: the same cgroup with ``cpu.shares = 2`` (v1) / ``cpu.weight = 1`` (v2).
+- ``cgroup min weight``: the same cgroup with ``cpu.shares = 2`` (v1) / ``cpu.weight = 1`` (v2);
+- ``hostd``: the agent itself (``hostd run --policy bench/preempt_policy.toml``, scoped to this
+  benchmark's process tree): a sleeping stand-in of the job (comm ``jobwait``, in the job's
+  session and cgroup) starts first, the agent runs until it has demoted the busy loops, then
+  the job runs; SIGTERM puts everything back.
 
 The cgroup arms move the competitors out of the cgroup they were in (and out of their
 autogroup, which applies only in the root cpu cgroup): hostd does not do that (no process leaves
@@ -59,7 +63,9 @@ ARMS = (
     "SCHED_IDLE + session nice 19",
     "cgroup cpu.idle",
     "cgroup min weight",
+    "hostd",
 )
+REPO = Path(__file__).resolve().parents[1]
 
 JOB_C = r"""
 #define _GNU_SOURCE
@@ -239,11 +245,64 @@ def threads_of(pids: list[int]) -> list[int]:
     return out
 
 
+class Agent:
+    """``hostd run`` on bench/preempt_policy.toml, scoped to this benchmark's process tree, with a
+    sleeping stand-in of the job (so that the busy loops are demoted before the job starts)."""
+
+    def __init__(self, scopes: Scopes | None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="hostd-bench-agent-"))
+        enter = (lambda: scopes.enter(scopes.job)) if scopes else None
+        code = (
+            "import os, time\n"
+            "open(f'/proc/self/task/{os.getpid()}/comm', 'w').write('jobwait')\n"
+            "time.sleep(600)\n"
+        )
+        self.standin = subprocess.Popen(
+            [sys.executable, "-c", code], start_new_session=True, preexec_fn=enter
+        )
+        policy = REPO / "bench" / "preempt_policy.toml"
+        with open(self.dir / "log", "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hostd", "run", "--policy", str(policy),
+                 "--state-dir", str(self.dir / "state"), "--run-dir", str(self.dir / "run"),
+                 "--scope-pid", str(os.getpid())],
+                cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
+
+    def wait_demoted(self, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                status = json.loads((self.dir / "run/status.json").read_text())
+                if (status.get("preempt") or {}).get("demoted"):
+                    time.sleep(0.3)  # the cgroup's weight follows in the same tick
+                    return
+            except (OSError, ValueError):
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("hostd demoted nothing: " + _read(self.dir / "log")[-2000:])
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.standin.kill()
+        self.standin.wait()
+        if self.proc.returncode != 0:
+            print(_read(self.dir / "log")[-2000:], file=sys.stderr)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def run_arm(
     arm: str, job: str, ncpu: int, args: argparse.Namespace, scopes: Scopes | None = None
 ) -> dict:
     hogs = None
     cgroup = None
+    agent = None
     try:
         if arm != "alone":
             hogs = subprocess.Popen(
@@ -262,6 +321,9 @@ def run_arm(
                         os.setpriority(os.PRIO_PROCESS, tid, 19)
                     if "SCHED_IDLE" in arm:
                         os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            if arm == "hostd":
+                agent = Agent(scopes)
+                agent.wait_demoted()
             if "session nice 19" in arm:
                 _write(Path(f"/proc/{hogs.pid}/autogroup"), "19")
             if arm.startswith("cgroup") and scopes is not None:
@@ -278,6 +340,8 @@ def run_arm(
         )  # fmt: skip
         return json.loads(out.stdout)
     finally:
+        if agent is not None:
+            agent.stop()
         if scopes is not None and arm.startswith("cgroup"):
             scopes.reset()
         if hogs is not None:

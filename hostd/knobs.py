@@ -4,12 +4,13 @@ A key says what and where: ``task/4242@81234/affinity`` (thread 4242 that starte
 81234), ``irq/42/smp_affinity_list``, ``cpu/3/scaling_governor``,
 ``cgroup/cpuset/hostd/trainer`` (a cpuset cgroup hostd created), ``cgroup/subtree/a`` (cpuset
 enabled for the children of v2 cgroup /a), ``task/4242@81234/cpuset`` (which cpuset cgroup the
-thread is in), ``session/4242@81234/preempted`` (session 4242, demoted at tick 81234: what its
-threads born since then inherited is put back, ``hostd.sched``). Values are plain JSON values,
-so the journal can store originals as they were read. A knob kind registers a ``Knob`` with
-``read(host, key)`` and ``write(host, key, value)``; both raise the domain errors of
-``hostd.host.errors`` (a thread whose start time no longer matches is ``Gone``: a reused tid is
-never touched).
+thread is in), ``cgroup/cpu/user.slice/x.scope`` (the CPU weight of a cgroup whose work
+was demoted, ``hostd.sched.group``), ``session/4242@81234/preempted`` (session 4242, demoted
+at tick 81234: what its threads born since then inherited is put back, ``hostd.sched``).
+Values are plain JSON values, so the journal can store originals as they were read. A knob
+kind registers a ``Knob`` with ``read(host, key)`` and ``write(host, key, value)``; both raise
+the domain errors of ``hostd.host.errors`` (a thread whose start time no longer matches is
+``Gone``: a reused tid is never touched).
 
 The actuator modules (``hostd.cpuset.affinity``, ``hostd.cpuset.cgroup``, ``hostd.sched``,
 ``hostd.irq``, ``hostd.cpufreq``) register their kinds here; ``hostd.reconcile`` looks them up.
@@ -58,7 +59,7 @@ def kind_of(key: str) -> str:
     if parts[0] == "irq":
         return "irq"
     if parts[0] == "cgroup":
-        return "subtree" if parts[1] == "subtree" else "cgroup"
+        return {"subtree": "subtree", "cpu": "group_cpu"}.get(parts[1], "cgroup")
     raise KeyError(key)
 
 
@@ -136,8 +137,10 @@ def check_key(key: object) -> str | None:
         _, _, rest = key.partition("/")
         what, _, path = rest.partition("/")
         problem = cgroup_path_problem("/" + path)
-        if what not in ("cpuset", "subtree") or problem:
+        if what not in ("cpuset", "subtree", "cpu") or problem:
             return problem or f"{key!r} is not a cgroup knob"
+        if what == "cpu" and path.strip("/") == "":
+            return f"{key!r}: hostd never weighs the root cgroup"
         names = [n for n in path.split("/") if n]
         # cpuset groups are hostd's own: /hostd[/LAYER] (v1), .../hostd.LAYER (v2)
         if what == "cpuset" and not (

@@ -11,9 +11,13 @@ own, and that of the children they waited for): each of its preemptible threads
 becomes SCHED_IDLE, which a waking thread of any other policy preempts at once (sched(7)), and
 the session's autogroup nice goes to ``session_nice`` (19), because CFS first shares the CPUs
 between autogroups by their weight and a SCHED_IDLE thread does not lower its session's
-(BENCHMARKS.md, "Preemptible work"). A session is the unit because work comes in sessions: a
-build's compilers live a second each, a stress test forks its workers, and what a demoted
-thread creates is born SCHED_IDLE in the same session.
+(BENCHMARKS.md, "Preemptible work"). Autogroups act only in the root cpu cgroup: a demoted
+session that lives in a cgroup of its own (a scope, a container, a Slurm step) has that
+cgroup weighed down as a whole (``cpu.idle``, else the least weight: ``hostd.sched.group``),
+when everything in the cgroup is demoted work (``why_group_kept``), for as long as it is.
+A session is the unit because work comes in sessions: a build's compilers live a second each,
+a stress test forks its workers, and what a demoted thread creates is born SCHED_IDLE in the
+same session.
 
 Never demoted (``why_kept``): the kernel's and init's sessions (0 and 1), hostd's own, a session
 with a controlling terminal (an operator's shell and what it runs), and a session holding a
@@ -111,6 +115,29 @@ def why_kept(
     shield = sorted(names & shielding)
     if shield:
         return f"layer {shield[0]!r} weighs its sessions itself (group_nice)"
+    return None
+
+
+def why_group_kept(
+    path: str, members: Mapping[int, int | None] | None, demoted: Iterable[int]
+) -> str | None:
+    """Why the cgroup at ``path`` of a demoted session must not be weighed down as a whole
+    (None: it may be). ``members``: the session of every process in it and below it (None for
+    a process hostd does not know: outside its scope, or too new), or None when they could not
+    all be listed. Only a cgroup that holds nothing but demoted sessions yields as a whole: a
+    job's thread, an operator's shell, a service or another tenant's idle work in it keeps it."""
+    if path.strip("/") == "":
+        return "the root cgroup"
+    if members is None:
+        return "its processes could not all be listed"
+    if not members:
+        return "it holds no process"
+    down = set(demoted)
+    for pid, sid in sorted(members.items()):
+        if sid is None:
+            return f"it holds process {pid}, which hostd does not watch"
+        if sid not in down:
+            return f"it holds process {pid} of session {sid}, which is not demoted"
     return None
 
 
@@ -320,6 +347,7 @@ def explain(
             "at once)"
             + (f" and its session weighs nice {cfg.session_nice}" if cfg.session_nice is not None
                else "")
+            + " (and its cgroup yields as a whole, cpu.idle, where it holds nothing else)"
             + f"; released when the job leaves or after {cfg.release_after:g} s of wanting "
             f"under {cfg.busy / 4:g} CPUs"
         )  # fmt: skip

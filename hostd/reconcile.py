@@ -25,7 +25,8 @@ import hostd.cpuset.affinity
 import hostd.cpuset.cgroup
 import hostd.irq
 import hostd.numa
-import hostd.sched  # noqa: F401  (the imports register the knob kinds)
+import hostd.sched
+import hostd.sched.group  # noqa: F401  (the imports register the knob kinds)
 from hostd import knobs
 from hostd.cpuset import CPUSET_ROOT, format_cpulist
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
@@ -54,8 +55,9 @@ _ORDER = {
     "numa": 9,  # last: threads are already on the node's CPUs when their memory follows
 }
 # Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
-# demoted session's record stays while the session is demoted, whatever a pass wants.
-AGENT_KINDS = frozenset({"preempted"})
+# demoted session's record and its cgroup's weight stay while the session is demoted, whatever a
+# pass wants.
+AGENT_KINDS = frozenset({"preempted", "group_cpu"})
 
 
 @dataclass(frozen=True, slots=True)

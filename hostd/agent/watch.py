@@ -12,6 +12,10 @@ threads, one ``/proc/PID/task/TID/schedstat`` and one ``stat`` (its state) per t
   autogroup the ``session_nice``; threads born in it later are decided idle by the planner and
   journaled with the session's original (``inherited``), never with the SCHED_IDLE they were
   born with;
+* a demoted session in a cgroup of its own: that cgroup's CPU weight (``cpu.idle = 1``, else
+  the least weight, ``hostd.sched.group``) is journaled and written too, when everything in it
+  is demoted work (``hostd.preempt.why_group_kept``), checked again every tick: a process of
+  another session that joins it gives the cgroup its weight back at once;
 * **release** it: the record is restored first (a sweep of every SCHED_IDLE thread born in the
   session since), then its threads are decided again, which gives back their own records;
 * **boost** a starving thread: SCHED_FIFO one priority above the policy's real-time layers
@@ -33,11 +37,23 @@ from collections import Counter, deque
 from typing import TYPE_CHECKING
 
 from hostd import knobs
+from hostd.cpuset import home_of
+from hostd.host import HostError
+from hostd.host.parsers import parse_cgroup
 from hostd.journal import JournalError
 from hostd.plan import NORMAL_POLICIES, may_touch
 from hostd.policy import Policy
-from hostd.preempt import Key, Sample, Watch, demoted_summary, shielding_layers, why_kept
+from hostd.preempt import (
+    Key,
+    Sample,
+    Watch,
+    demoted_summary,
+    shielding_layers,
+    why_group_kept,
+    why_kept,
+)
 from hostd.reconcile import Observed, PassReport, desired_for_tasks, restore_keys
+from hostd.sched import group
 
 if TYPE_CHECKING:
     from hostd.agent import Agent
@@ -45,6 +61,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostd")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+MAX_GROUPS = 64  # a demoted session's cgroup with more cgroups below it is not weighed
 
 
 def boost_value(policy: Policy) -> list:
@@ -66,6 +83,7 @@ class WatchLoop:
         self.session_keys: dict[int, str] = {}  # demoted session -> its journal key
         self.since: dict[int, int] = {}  # demoted session -> the tick it was demoted at
         self.typical: dict[int, list] = {}  # demoted session -> its threads' original policy
+        self.groups: dict[str, set[int]] = {}  # weighed-down cgroup's key -> sessions in it
         self._cpu: dict[int, tuple[int, int]] = {}  # pid -> (start time, CPU ticks)
         self._cpu_ticks = 0  # boot ticks when ``_cpu`` was read
         self._rt_self = False  # the agent holds SCHED_FIFO while a boost is on
@@ -157,6 +175,7 @@ class WatchLoop:
             self.runaway(s)
         for s in decisions.boost:
             self.boost(s, now)
+        self.check_groups()
         self.cost = time.perf_counter() - started
         self.counters["ticks"] += 1
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
@@ -343,12 +362,103 @@ class WatchLoop:
         )
         self.counters["demotions"] += 1
         self._note("demote", f"session of {who} wanted {demand:.2f} CPUs", session=sid)
+        self.weigh_groups(sid, sessions)
+
+    # -- a demoted session's own cgroup --------------------------------------------------------
+    def cpu_group(self, pid: int) -> str | None:
+        """The cgroup of process ``pid`` in the cpu controller's hierarchy (v2: its home, not
+        hostd's threaded cpuset group in it)."""
+        host = self.agent.host
+        found = group.mount(host.root)
+        if found is None:
+            return None
+        cgroups = parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")
+        path = cgroups.get("cpu" if found[0] == 1 else "")
+        return None if path is None else home_of(path) if found[0] == 2 else path
+
+    def group_members(self, path: str) -> dict[int, int | None] | None:
+        """The session of every process in cgroup ``path`` and below it (None: one hostd does
+        not watch), or None when they cannot all be listed."""
+        agent = self.agent
+        host, procs = agent.host, agent.cache.procs
+        found = group.mount(host.root)
+        if found is None:
+            return None
+        members: dict[int, int | None] = {}
+        todo, seen = [found[1] + path.rstrip("/")], 0
+        while todo:
+            rel = todo.pop()
+            seen += 1
+            text = host.read_quiet(f"{rel}/cgroup.procs")
+            if text is None or seen > MAX_GROUPS:
+                return None
+            for word in text.split():
+                proc = procs.get(int(word))
+                ok = proc is not None and not proc.is_kthread and proc.pid not in agent.exclude
+                members[int(word)] = proc.session if ok and proc is not None else None
+            todo += [f"{rel}/{e}" for e in host.listdir(rel) if host.inode(f"{rel}/{e}")]
+        return members
+
+    def weigh_groups(self, sid: int, sessions: dict[int, list[int]]) -> None:
+        """Weigh down the cgroups that hold demoted session ``sid``, where nothing else is in
+        them: the CPU is shared between cgroups before a thread's policy or a session's weight
+        counts (BENCHMARKS.md)."""
+        agent = self.agent
+        paths = {p for pid in sessions.get(sid, []) if (p := self.cpu_group(pid)) is not None}
+        for path in sorted(paths):
+            key = group.key_of(path)
+            if key in self.groups:
+                self.groups[key].add(sid)
+                continue
+            why = why_group_kept(path, self.group_members(path), self.watch.demoted)
+            if why is None and knobs.check_key(key) is not None:
+                why = "its name is not a plain cgroup path"
+            if why is not None:
+                if path.strip("/"):
+                    log.info("preempt group kept cgroup=%s session=%d why=%r", path, sid, why)
+                continue
+            try:
+                want = group.yielding(group.read(agent.host, key))
+            except HostError as exc:
+                log.info("preempt group cgroup=%s not weighed: %s", path, exc)
+                continue
+            report = agent._reconcile({key: want}, Observed(()), only=())
+            outcome = report.results[0].outcome if report.results else "none"
+            log.info(
+                "preempt group demote cgroup=%s session=%d %s=%d outcome=%s",
+                path, sid, want["file"], want["value"], outcome,
+            )  # fmt: skip
+            if outcome in ("applied", "would-apply"):
+                self.groups[key] = {sid}
+                self.counters["group_demotions"] += 1
+                self._note("demote", f"cgroup {path}: {want['file']} {want['value']}", session=sid)
+
+    def release_groups(self, keys: list[str], why: str) -> None:
+        agent = self.agent
+        for key in keys:
+            self.groups.pop(key, None)
+            if agent.mode == "enforce" and key in agent.journal:
+                for r in restore_keys(agent.host, agent.journal, [key]):
+                    agent.counters[r.outcome] += 1
+                    if r.outcome not in ("restored", "gone"):
+                        log.warning("preempt group release key=%s outcome=%s %s",
+                                    key, r.outcome, r.detail)  # fmt: skip
+            log.info("preempt group release cgroup=%s why=%r", key[len(group.PREFIX) :], why)
+
+    def check_groups(self) -> None:
+        """A weighed-down cgroup that now holds anything but demoted work gets its weight back."""
+        for key in list(self.groups):
+            path = key[len(group.PREFIX) :]
+            why = why_group_kept(path, self.group_members(path), self.watch.demoted)
+            if why is not None:
+                self.release_groups([key], why)
 
     def release(self, sid: int, why: str, sessions: dict[int, list[int]]) -> None:
         agent = self.agent
         planner, journal = agent.planner, agent.journal
         if planner is not None:
             planner.demoted.discard(sid)
+        self.release_groups([k for k, sids in self.groups.items() if sid in sids], why)
         key = self.session_keys.pop(sid, None)
         self.since.pop(sid, None)
         self.typical.pop(sid, None)
@@ -418,6 +528,7 @@ class WatchLoop:
         self.session_keys.clear()
         self.since.clear()
         self.typical.clear()
+        self.groups.clear()
 
     def status(self) -> dict:
         agent = self.agent
@@ -435,6 +546,7 @@ class WatchLoop:
             "preemptible_layers": sorted(policy.preemptible),
             "busy_cpus": policy.preempt.busy,
             "demoted": demoted_summary(self.watch.demoted, now),
+            "demoted_cgroups": sorted(key[len(group.PREFIX) :] for key in self.groups),
             "guard": policy.guard.enabled,
             "boosting": len(self.boosted),
             "runaways": runaways,

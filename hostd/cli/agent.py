@@ -263,6 +263,8 @@ def preempt_lines(pre: dict) -> list[str]:
                 f"  session {d['session']} demoted {d['seconds']:.0f}s ago: wanted "
                 f"{d['demand_at_demotion']:.2f} CPUs, now {d['demand_now']:.2f}"
             )
+        for path in pre.get("demoted_cgroups", []):
+            lines.append(f"  cgroup {path} yields as a whole (it holds only demoted work)")
     counts = pre.get("counts", {})
     if pre.get("guard"):
         lines.append(

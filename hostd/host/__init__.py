@@ -117,6 +117,15 @@ class Host:
     def exists(self, rel: str) -> bool:
         return os.path.lexists(self._prefix + rel)
 
+    def inode(self, rel: str) -> int | None:
+        """The inode number of a directory (a cgroup: the kernel's id of it, so a cgroup removed
+        and made again under the same path is another one), or None when it is gone."""
+        try:
+            st = os.stat(self._prefix + rel)
+        except OSError:
+            return None
+        return st.st_ino if stat.S_ISDIR(st.st_mode) else None
+
     def char_device(self, rel: str) -> tuple[int, int] | None:
         """(major, minor) of the character device that ``rel`` leads to (an open file's
         ``proc/PID/fd/N``: the kernel's own link to it, whatever the path the process used),

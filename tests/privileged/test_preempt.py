@@ -351,3 +351,71 @@ def test_a_runaway_real_time_thread_returns_to_normal_scheduling(tmp_path):
             log = agent.stop()
         assert f"guard runaway tid={spinner}" in log
         assert box.threads() == before
+
+
+# -- a busy session in a cgroup of its own (a scope, a container): the cgroup yields too ---------
+@pytest.fixture
+def tenant():
+    """A cgroup of the test's own in the cpu controller's v1 hierarchy, for the busy session;
+    afterwards every process in it goes back to the root cgroup and it is removed."""
+    import hostd.sched.group as group
+
+    found = group.mount("/")
+    if found is None or found[0] != 1:
+        pytest.skip("needs the cpu controller on cgroup v1 (the VM tier tests v2)")
+    top = Path("/") / found[1]
+    path = top / "hostd-test-tenant"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        for pid in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (top / "cgroup.procs").write_text(pid)
+        path.rmdir()
+
+
+def _shares(path: Path) -> str:
+    return (path / "cpu.shares").read_text().strip()
+
+
+def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_path, tenant):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        for pid in [box.pids["busy"], *box.kids("busy")]:
+            (tenant / "cgroup.procs").write_text(str(pid))
+        shares = _shares(tenant)
+        before = box.threads()
+        agent = _start_demoted(tmp_path, box)
+        try:
+            wait_for(lambda: _shares(tenant) == "2", "the tenant cgroup weighed down", agent)
+            wait_for(lambda: agent.preempt().get("demoted_cgroups"), "status.json says so", agent)
+            assert agent.preempt()["demoted_cgroups"] == ["/hostd-test-tenant"]
+            status = hostd("status", "--run-dir", str(agent.run)).stdout
+            assert "cgroup /hostd-test-tenant yields as a whole" in status
+            # a process of a session that is not demoted joins it: the cgroup's weight is back
+            (tenant / "cgroup.procs").write_text(str(box.root))
+            wait_for(lambda: _shares(tenant) == shares, "the cgroup's weight given back", agent)
+            assert _demoted(box)  # its threads stay demoted
+            (tenant.parent / "cgroup.procs").write_text(str(box.root))
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert "preempt group demote cgroup=/hostd-test-tenant" in log
+        assert "which is not demoted" in log
+        assert _shares(tenant) == shares
+        _back_as_before(box, before, [])
+
+
+def test_kill_9_then_restore_gives_the_cgroup_its_weight_back(tmp_path, tenant):
+    with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
+        for pid in [box.pids["busy"], *box.kids("busy")]:
+            (tenant / "cgroup.procs").write_text(str(pid))
+        shares = _shares(tenant)
+        before = box.threads()
+        agent = _start_demoted(tmp_path, box)
+        wait_for(lambda: _shares(tenant) == "2", "the tenant cgroup weighed down", agent)
+        agent.stop(signal.SIGKILL)
+        out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert _shares(tenant) == shares
+        _back_as_before(box, before, [])

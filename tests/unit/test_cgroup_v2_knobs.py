@@ -8,6 +8,7 @@ makes itself, which a fixture tree shows as well as a kernel.
 from __future__ import annotations
 
 import errno
+import shutil
 
 import pytest
 
@@ -86,3 +87,50 @@ def test_turning_cpuset_off_where_others_now_use_it_leaves_it_on(tree, monkeypat
     with pytest.raises(HostError) as err:
         knobs.write(host, "cgroup/subtree/", True)  # turning it on: a real failure
     assert err.value.outcome == "error"
+
+
+# -- the CPU weight of a demoted session's cgroup (hostd.sched.group) ---------------------------
+def test_group_cpu_knob_reads_writes_and_never_writes_a_cgroup_made_again(tree):
+    import hostd.sched.group as group
+
+    group.mount.cache_clear()
+    scope = tree / "sys/fs/cgroup/svc.service"
+    (scope / "cpu.idle").write_text("0\n")
+    (scope / "cpu.weight").write_text("100\n")
+    host, key = Host(tree), group.key_of("/svc.service")
+    assert knobs.kind_of(key) == "group_cpu" and knobs.check_key(key) is None
+    orig = knobs.read(host, key)
+    assert orig == {"ino": scope.stat().st_ino, "file": "cpu.idle", "value": 0}
+    knobs.write(host, key, group.yielding(orig))
+    assert (scope / "cpu.idle").read_text() == "1\n"
+    # a value read from another cgroup of that path (one removed and made again): never written
+    with pytest.raises(HostError) as err:
+        knobs.write(host, key, {**orig, "ino": orig["ino"] + 1})
+    assert err.value.outcome == "gone"
+    assert (scope / "cpu.idle").read_text() == "1\n"
+    knobs.write(host, key, orig)
+    assert (scope / "cpu.idle").read_text() == "0\n"
+    shutil.rmtree(scope)
+    with pytest.raises(HostError) as err:
+        knobs.read(host, key)
+    assert err.value.outcome == "gone"
+    group.mount.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("cgroup/cpu/", None, "never weighs the root cgroup"),
+        ("cgroup/cpu/a/../b", None, "is not a plain cgroup path"),
+        ("cgroup/cpu/a.scope", {"ino": 3, "file": "cpu.max", "value": 1}, "is not one of"),
+        ("cgroup/cpu/a.scope", {"ino": 3, "file": "cpu.shares", "value": 1}, "in 2..262144"),
+        ("cgroup/cpu/a.scope", {"ino": -1, "file": "cpu.idle", "value": 1}, "an inode number"),
+        ("cgroup/cpu/a.scope", {"file": "cpu.idle", "value": 1}, "is not a cgroup CPU weight"),
+        ("cgroup/cpu/a.scope", {"ino": 3, "file": "cpu.weight", "value": 1}, None),
+    ],
+)
+def test_group_cpu_journal_checks(key, value, problem):
+    import hostd.sched.group  # noqa: F401
+
+    got = knobs.check_key(key) or knobs.check_value(key, value)
+    assert (got is None) if problem is None else (problem in got), got

@@ -11,7 +11,7 @@ import pytest
 from hostd.classify import Classified, Classifier
 from hostd.plan import TaskPlanner, plan
 from hostd.policy import Guard, Preempt, load_default, parse_policy
-from hostd.preempt import Sample, Watch, explain, shielding_layers, why_kept
+from hostd.preempt import Sample, Watch, explain, shielding_layers, why_group_kept, why_kept
 from tests.synth import topology as synth
 from tests.unit.test_classify import make_task
 
@@ -227,6 +227,23 @@ def test_why_kept(sid: int, layers: set[str], tty: bool, why: str | None) -> Non
         protected=policy.protected,
         shielding=shielding_layers(policy),
     )
+    assert got == why if why is None else got.startswith(why)
+
+
+# -- which cgroups yield as a whole ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "members", "why"),
+    [
+        ("/", {5: 500}, "the root cgroup"),
+        ("/tenant.scope", None, "its processes could not all be listed"),
+        ("/tenant.scope", {}, "it holds no process"),
+        ("/tenant.scope", {5: 500, 6: None}, "it holds process 6, which hostd does not watch"),
+        ("/user.slice/s.scope", {5: 500, 9: 900}, "it holds process 9 of session 900, which is"),
+        ("/tenant.scope", {5: 500, 6: 500, 7: 600}, None),  # two demoted sessions
+    ],
+)
+def test_why_group_kept(path: str, members, why: str | None) -> None:
+    got = why_group_kept(path, members, {500, 600})
     assert got == why if why is None else got.startswith(why)
 
 

@@ -4,8 +4,10 @@ while the job runs, and everything is back after ``kill -9`` of the agent and ``
 The same sandbox as tests/privileged/test_preempt.py (an idle protected "job" process and a
 busy session), with the busy session in a v2 cgroup of its own, as another tenant's container
 or a systemd scope would be: hostd demotes its threads (SCHED_IDLE) and its session's autogroup
-in place, and never moves it out of that cgroup. Threads born in it while no agent runs are put
-back by the session record.
+in place, and never moves it out of that cgroup; as the cgroup holds nothing else, it gets
+``cpu.idle = 1`` too (the cpu controller enabled for it by the test), since CFS shares the CPUs
+between cgroups before it looks at a thread's policy. Threads born in it while no agent runs are
+put back by the session record, the cgroup's ``cpu.idle`` by its own.
 """
 
 from __future__ import annotations
@@ -33,17 +35,35 @@ def cgroup_of(pid: int) -> str:
 def test_a_busy_session_in_a_cgroup_of_its_own_is_demoted_and_restored_after_kill_9(
     tmp_path, v2, kernel_state
 ):
+    cpu_on = "cpu" in (v2.read("", "cgroup.subtree_control") or "").split()
+    if not cpu_on:
+        v2.write("", "cgroup.subtree_control", "+cpu")
     group = v2.create("hostd-vmtest-tenant")
+    try:
+        _demote_in_own_cgroup(tmp_path, v2, group)
+    finally:
+        v2.empty(group)
+        if not cpu_on:
+            v2.write("", "cgroup.subtree_control", "-cpu")
+
+
+def _idle(v2, group: str) -> str:
+    return (v2.read(group, "cpu.idle") or "").strip()
+
+
+def _demote_in_own_cgroup(tmp_path, v2, group: str) -> None:
     with Sandbox(tmp_path, ["job", "busy"], cpu=3) as box:
         busy = [box.pids["busy"], *box.kids("busy")]
         for pid in busy:
             v2.move(pid, group)
         before = box.threads()
+        assert _idle(v2, group) == "0"
         agent = Agent(tmp_path, box.root, policy=POLICY)
         try:
             agent.wait_passes(1, timeout=300)
             wait_for(lambda: _demoted(box), "the busy session demoted", agent)
             assert {cgroup_of(pid) for pid in busy} == {f"/{group}"}  # it stays in its cgroup
+            wait_for(lambda: _idle(v2, group) == "1", "the cgroup's cpu.idle", agent)
             born = box.more()
             assert all(_policy(t) == os.SCHED_IDLE for t in born)
         finally:
@@ -52,3 +72,4 @@ def test_a_busy_session_in_a_cgroup_of_its_own_is_demoted_and_restored_after_kil
         born += box.more()  # born while no agent runs
         hostd_here("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         _back_as_before(box, before, born)
+        assert _idle(v2, group) == "0"
