@@ -60,7 +60,7 @@ def _dir(host: Host, key: str) -> tuple[int, str]:
 
 
 def _file(host: Host, key: str, version: int, rel: str) -> str:
-    names = ("cpu.shares",) if version == 1 else ("cpu.idle", "cpu.weight")
+    names = ("cpu.idle", "cpu.shares") if version == 1 else ("cpu.idle", "cpu.weight")
     for name in names:
         if host.exists(f"{rel}/{name}"):
             return name

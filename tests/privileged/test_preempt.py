@@ -375,26 +375,33 @@ def tenant():
         path.rmdir()
 
 
-def _shares(path: Path) -> str:
-    return (path / "cpu.shares").read_text().strip()
+def _setting(path: Path) -> str:
+    """What weighs the cgroup down: its cpu.idle (Linux 5.15+, v1 too), else its cpu.shares."""
+    idle = path / "cpu.idle"
+    return idle.read_text().strip() if idle.exists() else (path / "cpu.shares").read_text().strip()
+
+
+def _yields(path: Path) -> bool:
+    idle = path / "cpu.idle"
+    return _setting(path) == ("1" if idle.exists() else "2")
 
 
 def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_path, tenant):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
         for pid in [box.pids["busy"], *box.kids("busy")]:
             (tenant / "cgroup.procs").write_text(str(pid))
-        shares = _shares(tenant)
+        setting = _setting(tenant)
         before = box.threads()
         agent = _start_demoted(tmp_path, box)
         try:
-            wait_for(lambda: _shares(tenant) == "2", "the tenant cgroup weighed down", agent)
+            wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
             wait_for(lambda: agent.preempt().get("demoted_cgroups"), "status.json says so", agent)
             assert agent.preempt()["demoted_cgroups"] == ["/hostd-test-tenant"]
             status = hostd("status", "--run-dir", str(agent.run)).stdout
             assert "cgroup /hostd-test-tenant yields as a whole" in status
             # a process of a session that is not demoted joins it: the cgroup's weight is back
             (tenant / "cgroup.procs").write_text(str(box.root))
-            wait_for(lambda: _shares(tenant) == shares, "the cgroup's weight given back", agent)
+            wait_for(lambda: _setting(tenant) == setting, "the cgroup's weight given back", agent)
             assert _demoted(box)  # its threads stay demoted
             (tenant.parent / "cgroup.procs").write_text(str(box.root))
         finally:
@@ -402,7 +409,7 @@ def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_p
         assert agent.proc.returncode == 0, log
         assert "preempt group demote cgroup=/hostd-test-tenant" in log
         assert "which is not demoted" in log
-        assert _shares(tenant) == shares
+        assert _setting(tenant) == setting
         _back_as_before(box, before, [])
 
 
@@ -410,12 +417,12 @@ def test_kill_9_then_restore_gives_the_cgroup_its_weight_back(tmp_path, tenant):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
         for pid in [box.pids["busy"], *box.kids("busy")]:
             (tenant / "cgroup.procs").write_text(str(pid))
-        shares = _shares(tenant)
+        setting = _setting(tenant)
         before = box.threads()
         agent = _start_demoted(tmp_path, box)
-        wait_for(lambda: _shares(tenant) == "2", "the tenant cgroup weighed down", agent)
+        wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
         agent.stop(signal.SIGKILL)
         out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         assert out.returncode == 0, out.stdout + out.stderr
-        assert _shares(tenant) == shares
+        assert _setting(tenant) == setting
         _back_as_before(box, before, [])
