@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from hostd.cpufreq import FILES as CPUFREQ_KINDS
 from hostd.host import Host, HostError
 from hostd.host.connector import ProcConnector
+from hostd.knobkinds import needing
 from hostd.numa import private_pages
 from hostd.topology import Topology, read_cgroup_layout
 
@@ -51,18 +51,18 @@ class Capabilities:
 
     def disabled_kinds(self) -> set[str]:
         """Knob kinds ``hostd run`` must not write here."""
-        off = set()
-        if not self.affinity:
-            off.add("affinity")
-        if not self.sched:
-            off |= {"sched", "nice", "autogroup"}
-        if self.cpuset not in ("v1", "v2"):
-            off |= {"cgroup", "cpuset", "subtree"}
-        if not self.irqs:
-            off.add("irq")
-        if not self.cpufreq:
-            off |= set(CPUFREQ_KINDS)
-        return off
+        lacking = {
+            name
+            for name, ok in (
+                ("affinity", self.affinity),
+                ("sched", self.sched),
+                ("cpuset", self.cpuset in ("v1", "v2")),
+                ("irqs", self.irqs),
+                ("cpufreq", self.cpufreq),
+            )
+            if not ok
+        }
+        return set(needing(lacking))
 
 
 def _cap_eff(host: Host) -> int:

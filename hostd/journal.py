@@ -112,8 +112,6 @@ class Journal:
             raise JournalError(f"{self.path}: cannot be read ({exc.strerror})") from None
         finally:
             os.close(fd)
-        import hostd.reconcile  # noqa: F401  (registers every knob kind, for the checks)
-
         lines = data.split(b"\n")
         last = len(lines) if lines[-1] else len(lines) - 1  # the line after the final newline
         for number, raw in enumerate(lines[:last], start=1):

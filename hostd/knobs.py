@@ -1,4 +1,4 @@
-"""Knobs: every kernel setting hostd may change, named by a stable key, with read and write.
+"""Knobs: every kernel setting hostd may change, named by a stable key, declared once per kind.
 
 A key says what and where: ``task/4242@81234/affinity`` (thread 4242 that started at tick
 81234), ``irq/42/smp_affinity_list``, ``cpu/3/scaling_governor``,
@@ -7,18 +7,22 @@ enabled for the children of v2 cgroup /a), ``task/4242@81234/cpuset`` (which cpu
 thread is in), ``cgroup/cpu/user.slice/x.scope`` (the CPU weight of a cgroup whose work
 was demoted, ``hostd.sched.group``), ``session/4242@81234/preempted`` (session 4242, demoted
 at tick 81234: what its threads born since then inherited is put back, ``hostd.sched``).
-Values are plain JSON values, so the journal can store originals as they were read. A knob
-kind registers a ``Knob`` with ``read(host, key)`` and ``write(host, key, value)``; both raise
-the domain errors of ``hostd.host.errors`` (a thread whose start time no longer matches is
-``Gone``: a reused tid is never touched).
+``parse_key`` turns a key into a ``KnobKey`` (scope, ident, name); nothing else splits keys.
+Values are plain JSON values, so the journal can store originals as they were read.
 
-The actuator modules (``hostd.cpuset.affinity``, ``hostd.cpuset.cgroup``, ``hostd.sched``,
-``hostd.irq``, ``hostd.cpufreq``) register their kinds here; ``hostd.reconcile`` looks them up.
+A knob kind is one ``Spec``, declared next to its read and write in its actuator module
+(``hostd.cpuset.affinity``, ``hostd.cpuset.cgroup``, ``hostd.sched``, ``hostd.sched.group``,
+``hostd.irq``, ``hostd.cpufreq``, ``hostd.numa``): its key shape, how to read, write and check
+it, whether it is a thread's, its apply order and restore phase, whether threads inherit it,
+whether the agent rather than a pass owns it, what host capability it needs and how it is
+named. ``hostd.knobkinds.KINDS`` lists every kind, in one place; ``spec``/``spec_of`` look
+them up there. ``read``/``write`` raise the domain errors of ``hostd.host.errors`` (a thread
+whose start time no longer matches is ``Gone``: a reused tid is never touched).
 
 ``check_key`` and ``check_value`` say what is wrong with a key or a value read back from the
 journal (None: nothing), before anything is written with it: a damaged or edited journal must
-never choose which file hostd writes, or write a value no knob of that kind can hold. Each kind
-registers the check of its values (``Knob.check``); ``CHECKS`` holds the shared ones.
+never choose which file hostd writes, or write a value no knob of that kind can hold.
+``CHECKS`` holds the value checks that several kinds share.
 """
 
 from __future__ import annotations
@@ -34,40 +38,79 @@ Value = object  # a JSON value: str, int, bool, list or None
 
 
 @dataclass(frozen=True, slots=True)
-class Knob:
-    kind: str  # the last key component for task knobs, the first for host knobs
+class KnobKey:
+    """A parsed key: ``task/4242@81234/nice`` is ("task", "4242@81234", "nice");
+    ``cgroup/cpu/a/b.scope`` is ("cgroup", "/a/b.scope", "cpu") (the ident is the path)."""
+
+    scope: str  # task | session | irq | cpu | cgroup
+    ident: str
+    name: str
+
+    @property
+    def task(self) -> tuple[int, int]:
+        """(tid, start time) of a task or session key."""
+        tid, _, start = self.ident.partition("@")
+        return int(tid), int(start)
+
+
+def parse_key(key: str) -> KnobKey:
+    scope, _, rest = key.partition("/")
+    if scope == "cgroup":
+        name, _, path = rest.partition("/")
+        return KnobKey(scope, "/" + path, name)
+    ident, _, name = rest.rpartition("/")
+    if scope not in ("task", "session", "irq", "cpu") or not ident:
+        raise KeyError(key)
+    return KnobKey(scope, ident, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """Everything hostd knows about one kind of knob."""
+
+    kind: str  # its name in the journal's checks, the doctor's report and the policy docs
+    shape: str  # its key, e.g. "task/TID@START/affinity"
     read: Callable[[Host, str], Value]
     write: Callable[[Host, str, Value], None]
-    per_task: bool = False
-    check: Callable[[Value], str | None] = lambda value: None  # what is wrong with a value
+    check: Callable[[Value], str | None]  # what is wrong with a value (None: nothing)
+    noun: str  # what it is, for people: "thread CPU affinity"
+    apply_order: int  # a pass writes lower orders first
+    restore_phase: int = 1  # a restore puts back lower phases first (reverse journal order within)
+    per_task: bool = False  # a thread's (or process's) knob: gone with the thread
+    inheritable: bool = False  # threads created by a thread hostd changed inherit the value
+    agent_owned: bool = False  # recorded and given back by the agent (agent.watch), never a pass
+    host_wide: bool = False  # a setting of the whole host: never written from a sidecar
+    needs: str | None = None  # the host capability it needs (hostd.doctor), None: none
+    check_key: Callable[[KnobKey], str | None] = lambda key: None  # a kind's own key rules
+
+    @property
+    def scope(self) -> str:
+        return self.shape.split("/")[0]
+
+    @property
+    def name(self) -> str:
+        """The key component that names the kind: the second for cgroups, else the last."""
+        parts = self.shape.split("/")
+        return parts[1] if parts[0] == "cgroup" else parts[-1]
 
 
-_REGISTRY: dict[str, Knob] = {}
+def _registry() -> dict[tuple[str, str], Spec]:
+    from hostd.knobkinds import BY_SHAPE
+
+    return BY_SHAPE
 
 
-def register(knob: Knob) -> Knob:
-    _REGISTRY[knob.kind] = knob
-    return knob
+def spec_of(key: str | KnobKey) -> Spec:
+    """The kind of a key (``HostError`` EINVAL: no kind handles it)."""
+    try:
+        k = parse_key(key) if isinstance(key, str) else key
+        return _registry()[(k.scope, k.name)]
+    except KeyError:
+        raise HostError(errno.EINVAL, str(key), "no knob kind handles this key") from None
 
 
 def kind_of(key: str) -> str:
-    parts = key.split("/")
-    if parts[0] in ("task", "session"):
-        return parts[-1]
-    if parts[0] == "cpu":
-        return parts[-1]
-    if parts[0] == "irq":
-        return "irq"
-    if parts[0] == "cgroup":
-        return {"subtree": "subtree", "cpu": "group_cpu"}.get(parts[1], "cgroup")
-    raise KeyError(key)
-
-
-def knob_for(key: str) -> Knob:
-    try:
-        return _REGISTRY[kind_of(key)]
-    except KeyError:
-        raise HostError(errno.EINVAL, key, "no knob kind handles this key") from None
+    return spec_of(key).kind
 
 
 def is_task_key(key: str) -> bool:
@@ -88,10 +131,8 @@ def task_key(tid: int, start_time: int, kind: str) -> str:
 
 
 def parse_task_key(key: str) -> tuple[int, int]:
-    """(tid, start_time) of a ``task/TID@START/...`` key."""
-    ident = key.split("/")[1]
-    tid, _, start = ident.partition("@")
-    return int(tid), int(start)
+    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key."""
+    return parse_key(key).task
 
 
 def live_tid(host: Host, key: str) -> int:
@@ -103,18 +144,20 @@ def live_tid(host: Host, key: str) -> int:
 
 
 def read(host: Host, key: str) -> Value:
-    return knob_for(key).read(host, key)
+    return spec_of(key).read(host, key)
 
 
 def write(host: Host, key: str, value: Value) -> None:
-    knob_for(key).write(host, key, value)
+    spec_of(key).write(host, key, value)
 
 
 # -- checking what the journal holds -----------------------------------------------------------
-_TASK_KEY = re.compile(r"task/[0-9]{1,10}@[0-9]{1,20}/[a-z_]{1,32}")
-_SESSION_KEY = re.compile(r"session/[0-9]{1,10}@[0-9]{1,20}/preempted")
-_IRQ_KEY = re.compile(r"irq/[0-9]{1,6}/smp_affinity_list")
-_CPU_KEY = re.compile(r"cpu/[0-9]{1,5}/[a-z_]{1,40}")
+_IDENT = {
+    "task": re.compile(r"[0-9]{1,10}@[0-9]{1,20}"),
+    "session": re.compile(r"[0-9]{1,10}@[0-9]{1,20}"),
+    "irq": re.compile(r"[0-9]{1,6}"),
+    "cpu": re.compile(r"[0-9]{1,5}"),
+}
 _CGROUP_NAME = re.compile(r"[A-Za-z0-9_.:@+-]{1,255}")
 _CPULIST = re.compile(r"([0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*)?")
 
@@ -133,30 +176,26 @@ def check_key(key: object) -> str | None:
     """What is wrong with a journal key (None: it names a knob hostd may have changed)."""
     if not isinstance(key, str):
         return f"the key {key!r} is not a string"
-    if key.startswith("cgroup/"):
-        _, _, rest = key.partition("/")
-        what, _, path = rest.partition("/")
-        problem = cgroup_path_problem("/" + path)
-        if what not in ("cpuset", "subtree", "cpu") or problem:
-            return problem or f"{key!r} is not a cgroup knob"
-        if what == "cpu" and path.strip("/") == "":
-            return f"{key!r}: hostd never weighs the root cgroup"
-        names = [n for n in path.split("/") if n]
-        # cpuset groups are hostd's own: /hostd[/LAYER] (v1), .../hostd.LAYER (v2)
-        if what == "cpuset" and not (
-            names and (names[0] == "hostd" or names[-1].startswith("hostd."))
-        ):
-            return f"{key!r} is not a cgroup hostd creates"
-    elif not any(r.fullmatch(key) for r in (_TASK_KEY, _SESSION_KEY, _IRQ_KEY, _CPU_KEY)):
+    try:
+        k = parse_key(key)
+    except KeyError:
         return f"{key!r} is not a knob key"
-    if kind_of(key) not in _REGISTRY:
-        return f"{key!r}: no knob kind {kind_of(key)!r}"
-    return None
+    if k.scope == "cgroup":
+        problem = cgroup_path_problem(k.ident)
+        if problem:
+            return problem
+    elif not _IDENT[k.scope].fullmatch(k.ident) or key.count("/") != 2:
+        return f"{key!r} is not a knob key"
+    spec = _registry().get((k.scope, k.name))
+    if spec is None:
+        return f"{key!r}: no knob kind {k.name!r}"
+    problem = spec.check_key(k)
+    return f"{key!r}: {problem}" if problem else None
 
 
 def check_value(key: str, value: Value) -> str | None:
     """What is wrong with ``value`` as an original of ``key`` (a key check_key accepted)."""
-    problem = _REGISTRY[kind_of(key)].check(value)
+    problem = spec_of(key).check(value)
     return f"{key}: {problem}" if problem else None
 
 

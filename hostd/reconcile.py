@@ -20,13 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import hostd.cpufreq
-import hostd.cpuset.affinity
-import hostd.cpuset.cgroup
-import hostd.irq
-import hostd.numa
-import hostd.sched
-import hostd.sched.group  # noqa: F401  (the imports register the knob kinds)
 from hostd import knobs
 from hostd.cpuset import CPUSET_ROOT, format_cpulist
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
@@ -34,30 +27,17 @@ from hostd.host import Host, HostError
 from hostd.host.parsers import parse_stat
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
+from hostd.knobkinds import kinds
 from hostd.plan import NumaPlan, Plan, TaskPlan
 from hostd.tasks import Task
 
-# Apply order: the controller enabled before the cgroups, cgroups before the threads that go in
-# them, membership before affinity (joining a cpuset resets a thread's affinity), policy before
-# nice, governor before its floor/EPP.
-_ORDER = {
-    "subtree": -1,
-    "cgroup": 0,
-    "cpuset": 1,
-    "affinity": 2,
-    "sched": 3,
-    "nice": 4,
-    "autogroup": 4,
-    "irq": 5,
-    "scaling_governor": 6,
-    "scaling_min_freq": 7,
-    "energy_performance_preference": 8,
-    "numa": 9,  # last: threads are already on the node's CPUs when their memory follows
-}
 # Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
 # demoted session's record and its cgroup's weight stay while the session is demoted, whatever a
 # pass wants.
-AGENT_KINDS = frozenset({"preempted", "group_cpu"})
+AGENT_KINDS = kinds(agent_owned=True)
+# What a thread passes on to the threads and processes it creates (sched(7), fork(2)).
+INHERITABLE = kinds(inheritable=True)
+TASK_KINDS = tuple(sorted(kinds(per_task=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +163,10 @@ def same(current: object, wanted: object) -> bool:
 
 
 def _order(key: str) -> int:
-    return _ORDER.get(knobs.kind_of(key), 99)
+    """Apply order (``Spec.apply_order``): the controller before the cgroups, cgroups before
+    the threads that go in them, membership before affinity, policy before nice, governor
+    before its floor."""
+    return knobs.spec_of(key).apply_order
 
 
 def _outcome(exc: HostError) -> str:
@@ -309,10 +292,6 @@ def reconcile(
 
 
 _UNKNOWN = object()
-# What a thread passes on to the threads and processes it creates (sched(7), fork(2)): nice,
-# a non-real-time policy (real-time ones hostd sets with reset-on-fork), the CPU affinity.
-INHERITABLE = ("nice", "sched", "affinity")
-TASK_KINDS = ("cpuset", "affinity", "sched", "nice", "autogroup", "numa")
 
 
 def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str]:
@@ -326,18 +305,10 @@ def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str
 
 
 def _restore_order(keys: list[str]) -> list[str]:
-    """Reverse journal order, except that a demoted session's inherited values go first,
-    threads rejoin their cgroup before their affinity is restored (joining a cpuset resets
-    affinity), cgroups go last (once empty) and the v2 controller is disabled after them."""
-    rev = list(reversed(keys))
-
-    def phase(key: str) -> int:
-        kind = knobs.kind_of(key)
-        # A demoted session's inheritors first: the threads' own records then put back their
-        # own originals over the session's.
-        return {"preempted": -1, "cpuset": 0, "cgroup": 2, "subtree": 3}.get(kind, 1)
-
-    return sorted(rev, key=phase)
+    """Reverse journal order within each ``Spec.restore_phase``: a demoted session's inherited
+    values first, threads rejoin their cgroup before their affinity is restored (joining a
+    cpuset resets affinity), cgroups go last (once empty) and the v2 controller after them."""
+    return sorted(reversed(keys), key=lambda key: knobs.spec_of(key).restore_phase)
 
 
 def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
@@ -401,7 +372,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
         if to not in by_to or tick < by_to[to][0]:
             by_to[to] = (tick, rec.orig, own)
     results: list[Result] = []
-    for sid, kinds in wrote.items():
+    for sid, by_kind in wrote.items():
         members = {pid for pid, (_, session) in procs.items() if session == sid}
         grew = True
         while grew:  # processes that left the session (setsid) still descend from it
@@ -414,7 +385,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
                 start = host.start_time(tid)
                 if start is None:
                     continue
-                for kind, by_to in kinds.items():
+                for kind, by_to in by_kind.items():
                     key = knobs.task_key(tid, start, kind)
                     try:
                         current = knobs.read(host, key)

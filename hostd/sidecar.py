@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import os
 
-from hostd.cpufreq import FILES as CPUFREQ_KINDS
 from hostd.cpuset import home_of
 from hostd.host import Host
 from hostd.host.parsers import parse_cgroup, primary_cgroup
+from hostd.knobkinds import kinds
 
 # The initial namespaces have fixed inode numbers (include/linux/proc_ns.h: PROC_PID_INIT_INO).
 INIT_PID_NS_INODE = 0xEFFFFFFC
 
-HOST_WIDE_KINDS = frozenset({"irq", *CPUFREQ_KINDS})
+HOST_WIDE_KINDS = kinds(host_wide=True)
 HOST_WIDE = "IRQ affinity, CPU frequency governors, floors and EPP, the C-state limit"
 
 

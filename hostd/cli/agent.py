@@ -39,6 +39,7 @@ from hostd.cli.common import (
 from hostd.doctor import Finding, probe
 from hostd.host import Host
 from hostd.journal import Journal, JournalError, read_boot_id
+from hostd.knobkinds import BY_KIND
 from hostd.policy import PolicyError
 from hostd.reconcile import restore as restore_journal
 from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
@@ -340,7 +341,8 @@ def doctor(
         mark = "[green]ok[/]  " if f.ok else "[yellow]no[/]  "
         out.print(f"{mark}{f.feature:15} {f.detail}")
     off = sorted(caps.disabled_kinds() | (HOST_WIDE_KINDS if sidecar else set()))
+    named = ", ".join(f"{BY_KIND[kind].noun} ({kind})" for kind in off)
     out.print(
         "hostd run will "
-        + ("change everything its policy asks for" if not off else f"leave out: {', '.join(off)}")
+        + ("change everything its policy asks for" if not off else f"leave out: {named}")
     )

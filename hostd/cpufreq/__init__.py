@@ -20,8 +20,8 @@ FILES = ("scaling_governor", "scaling_min_freq", "energy_performance_preference"
 
 
 def _path(key: str) -> str:
-    _, cpu, name = key.split("/")
-    return f"sys/devices/system/cpu/cpu{int(cpu)}/cpufreq/{name}"
+    k = knobs.parse_key(key)
+    return f"sys/devices/system/cpu/cpu{int(k.ident)}/cpufreq/{k.name}"
 
 
 def _read(host: Host, key: str) -> object:
@@ -49,6 +49,20 @@ def hold_cpu_dma_latency(host: Host, microseconds: int) -> int:
     return fd
 
 
-for _name in FILES:
-    _check = knobs.CHECKS["freq" if _name == "scaling_min_freq" else "word"]
-    knobs.register(knobs.Knob(_name, _read, _write, check=_check))
+def _spec(name: str, noun: str, order: int, check: str) -> knobs.Spec:
+    return knobs.Spec(
+        name,
+        f"cpu/N/{name}",
+        _read,
+        _write,
+        knobs.CHECKS[check],
+        noun=noun,
+        apply_order=order,  # the governor before its floor and EPP
+        host_wide=True,
+        needs="cpufreq",
+    )
+
+
+GOVERNOR = _spec("scaling_governor", "CPU frequency governor", 6, "word")
+MIN_FREQ = _spec("scaling_min_freq", "CPU frequency floor", 7, "freq")
+EPP = _spec("energy_performance_preference", "CPU energy-performance preference", 8, "word")

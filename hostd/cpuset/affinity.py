@@ -20,6 +20,15 @@ def _write(host: Host, key: str, value: object) -> None:
     host.threads().set_affinity(tid, parse_cpulist(str(value)))
 
 
-AFFINITY = knobs.register(
-    knobs.Knob("affinity", _read, _write, per_task=True, check=knobs.CHECKS["cpulist"])
+AFFINITY = knobs.Spec(
+    "affinity",
+    "task/TID@START/affinity",
+    _read,
+    _write,
+    knobs.CHECKS["cpulist"],
+    noun="thread CPU affinity",
+    apply_order=2,  # after the cpuset: joining a cpuset resets a thread's affinity
+    per_task=True,
+    inheritable=True,
+    needs="affinity",
 )

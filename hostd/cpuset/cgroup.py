@@ -81,7 +81,7 @@ def _where(host: Host, key: str) -> tuple[str, str]:
 
 def _group_path(key: str) -> str:
     """ "cgroup/cpuset/hostd/trainer" -> "/hostd/trainer", "cgroup/subtree" + "/" -> "/"."""
-    return "/" + key.split("/", 2)[2]
+    return knobs.parse_key(key).ident
 
 
 def _node(host: Host, mount: str, path: str):
@@ -246,12 +246,48 @@ def _check_subtree(value: object) -> str | None:
     return None if type(value) is bool else f"{value!r} is not true or false"
 
 
-GROUP = knobs.register(knobs.Knob("cgroup", _read_group, _write_group, check=_check_group))
-SUBTREE = knobs.register(knobs.Knob("subtree", _read_subtree, _write_subtree, check=_check_subtree))
-MEMBER = knobs.register(
-    knobs.Knob(
-        "cpuset", _read_member, _write_member, per_task=True, check=knobs.cgroup_path_problem
-    )
+def _check_group_key(key: knobs.KnobKey) -> str | None:
+    """cpuset groups are hostd's own: /hostd[/LAYER] (v1), .../hostd.LAYER (v2)."""
+    names = [n for n in key.ident.split("/") if n]
+    if names and (names[0] == "hostd" or names[-1].startswith("hostd.")):
+        return None
+    return "not a cgroup hostd creates"
+
+
+SUBTREE = knobs.Spec(
+    "subtree",
+    "cgroup/subtree/PATH",
+    _read_subtree,
+    _write_subtree,
+    _check_subtree,
+    noun="cpuset controller enabled below a v2 cgroup",
+    apply_order=-1,  # the controller before the cgroups
+    restore_phase=3,  # disabled last, from the deepest cgroup up
+    needs="cpuset",
+)
+GROUP = knobs.Spec(
+    "cgroup",
+    "cgroup/cpuset/PATH",
+    _read_group,
+    _write_group,
+    _check_group,
+    noun="hostd's cpuset cgroup",
+    apply_order=0,  # the cgroups before the threads that go in them
+    restore_phase=2,  # removed once empty
+    needs="cpuset",
+    check_key=_check_group_key,
+)
+MEMBER = knobs.Spec(
+    "cpuset",
+    "task/TID@START/cpuset",
+    _read_member,
+    _write_member,
+    knobs.cgroup_path_problem,
+    noun="thread cpuset cgroup",
+    apply_order=1,  # membership before affinity (joining a cpuset resets affinity)
+    restore_phase=0,  # threads rejoin their cgroup before their affinity is restored
+    per_task=True,
+    needs="cpuset",
 )
 
 

@@ -16,7 +16,7 @@ from hostd.host import Gone, Host, NotPermitted, Unchangeable
 
 
 def _irq(key: str) -> int:
-    return int(key.split("/")[1])
+    return int(knobs.parse_key(key).ident)
 
 
 def _read(host: Host, key: str) -> str:
@@ -36,4 +36,14 @@ def _write(host: Host, key: str, value: object) -> None:
         raise
 
 
-IRQ = knobs.register(knobs.Knob("irq", _read, _write, check=knobs.CHECKS["cpulist"]))
+IRQ = knobs.Spec(
+    "irq",
+    "irq/N/smp_affinity_list",
+    _read,
+    _write,
+    knobs.CHECKS["cpulist"],
+    noun="IRQ CPU affinity",
+    apply_order=5,
+    host_wide=True,
+    needs="irqs",
+)

@@ -135,4 +135,13 @@ def _check(value: object) -> str | None:
     return f"{value!r} is not [node, method]"
 
 
-NUMA = knobs.register(knobs.Knob("numa", _read, _write, per_task=True, check=_check))
+NUMA = knobs.Spec(
+    "numa",
+    "task/PID@START/numa",
+    _read,
+    _write,
+    _check,
+    noun="process memory placement",
+    apply_order=9,  # last: threads are already on the node's CPUs when their memory follows
+    per_task=True,
+)

@@ -89,16 +89,40 @@ def _write_autogroup(host: Host, key: str, value: object) -> None:
         host.write(rel, str(int(value)))  # type: ignore[call-overload]
 
 
-SCHED = knobs.register(
-    knobs.Knob("sched", _read_sched, _write_sched, per_task=True, check=knobs.CHECKS["sched"])
+SCHED = knobs.Spec(
+    "sched",
+    "task/TID@START/sched",
+    _read_sched,
+    _write_sched,
+    knobs.CHECKS["sched"],
+    noun="thread scheduling policy",
+    apply_order=3,  # the policy before the nice
+    per_task=True,
+    inheritable=True,  # a non-real-time policy (real-time ones hostd sets with reset-on-fork)
+    needs="sched",
 )
-NICE = knobs.register(
-    knobs.Knob("nice", _read_nice, _write_nice, per_task=True, check=knobs.CHECKS["nice"])
+NICE = knobs.Spec(
+    "nice",
+    "task/TID@START/nice",
+    _read_nice,
+    _write_nice,
+    knobs.CHECKS["nice"],
+    noun="thread nice",
+    apply_order=4,
+    per_task=True,
+    inheritable=True,
+    needs="sched",
 )
-AUTOGROUP = knobs.register(
-    knobs.Knob(
-        "autogroup", _read_autogroup, _write_autogroup, per_task=True, check=knobs.CHECKS["nice"]
-    )
+AUTOGROUP = knobs.Spec(
+    "autogroup",
+    "task/PID@START/autogroup",
+    _read_autogroup,
+    _write_autogroup,
+    knobs.CHECKS["nice"],
+    noun="session (autogroup) nice",
+    apply_order=4,
+    per_task=True,
+    needs="sched",
 )
 
 
@@ -166,4 +190,14 @@ def _check_preempted(value: object) -> str | None:
     return knobs.CHECKS["sched"](value["sched"])
 
 
-PREEMPTED = knobs.register(knobs.Knob("preempted", _read_preempted, _sweep, check=_check_preempted))
+PREEMPTED = knobs.Spec(
+    "preempted",
+    "session/SID@SINCE/preempted",
+    _read_preempted,
+    _sweep,
+    _check_preempted,
+    noun="demoted session (what its new threads inherited)",
+    apply_order=99,  # the agent writes it (hostd.agent.watch), never a pass
+    restore_phase=-1,  # first: the threads' own records then put back their own originals
+    agent_owned=True,
+)

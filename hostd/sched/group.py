@@ -4,8 +4,9 @@ CFS shares the CPUs between sibling cgroups by the cgroups' weights first, and o
 the threads inside each (BENCHMARKS.md, "Which mechanism makes busy work yield"): a SCHED_IDLE
 thread or a session's autogroup weight acts only inside its cgroup, so busy work in another
 scope, container or Slurm step keeps its cgroup's full share against the job. Its cgroup's own
-weight is what reaches it: ``cpu.idle = 1`` (cgroup v2, kernel 5.15+: the whole group competes
-as SCHED_IDLE), else the least ``cpu.weight`` (1, v2) or ``cpu.shares`` (2, v1).
+weight is what reaches it: ``cpu.idle = 1`` (kernel 5.15+, v2 and v1 alike: the whole group
+competes as SCHED_IDLE; it measured best on both), else the least ``cpu.weight`` (1, v2) or
+``cpu.shares`` (2, v1).
 
 Key ``cgroup/cpu/<path>``: ``<path>`` is the cgroup in the hierarchy of the cpu controller (the
 v1 ``cpu`` mount, else the v2 one). Value ``{"ino": N, "file": "cpu.idle", "value": 0}``: the
@@ -56,7 +57,7 @@ def _dir(host: Host, key: str) -> tuple[int, str]:
     if found is None:
         raise HostError(errno.EOPNOTSUPP, key, "no cpu controller (cgroup v1 or v2)")
     version, where = found
-    return version, f"{where}/{key[len(PREFIX) :].strip('/')}"
+    return version, f"{where}/{knobs.parse_key(key).ident.strip('/')}"
 
 
 def _file(host: Host, key: str, version: int, rel: str) -> str:
@@ -111,4 +112,18 @@ def check(value: object) -> str | None:
     return None
 
 
-GROUP_CPU = knobs.register(knobs.Knob("group_cpu", read, write, check=check))
+def _check_key(key: knobs.KnobKey) -> str | None:
+    return "hostd never weighs the root cgroup" if key.ident.strip("/") == "" else None
+
+
+GROUP_CPU = knobs.Spec(
+    "group_cpu",
+    "cgroup/cpu/PATH",
+    read,
+    write,
+    check,
+    noun="CPU weight of a demoted cgroup",
+    apply_order=99,  # the agent writes it (hostd.agent.watch), never a pass
+    agent_owned=True,
+    check_key=_check_key,
+)

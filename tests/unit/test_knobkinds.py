@@ -1,0 +1,126 @@
+"""The registry of knob kinds: every kind, its key shape and its order, read from the specs alone.
+
+Adding a kind changes ``EXPECTED`` below on purpose: the table is the one place a reviewer sees
+where a new kind is applied and restored among the others.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hostd import knobs
+from hostd.knobkinds import BY_KIND, KINDS, kinds, needing
+from hostd.reconcile import _order, _restore_order
+
+# kind: (key shape, apply order, restore phase, flags)
+EXPECTED = {
+    "subtree": ("cgroup/subtree/PATH", -1, 3, ""),
+    "cgroup": ("cgroup/cpuset/PATH", 0, 2, ""),
+    "cpuset": ("task/TID@START/cpuset", 1, 0, "task"),
+    "affinity": ("task/TID@START/affinity", 2, 1, "task inherit"),
+    "sched": ("task/TID@START/sched", 3, 1, "task inherit"),
+    "nice": ("task/TID@START/nice", 4, 1, "task inherit"),
+    "autogroup": ("task/PID@START/autogroup", 4, 1, "task"),
+    "irq": ("irq/N/smp_affinity_list", 5, 1, "host"),
+    "scaling_governor": ("cpu/N/scaling_governor", 6, 1, "host"),
+    "scaling_min_freq": ("cpu/N/scaling_min_freq", 7, 1, "host"),
+    "energy_performance_preference": ("cpu/N/energy_performance_preference", 8, 1, "host"),
+    "numa": ("task/PID@START/numa", 9, 1, "task"),
+    "preempted": ("session/SID@SINCE/preempted", 99, -1, "agent"),
+    "group_cpu": ("cgroup/cpu/PATH", 99, 1, "agent"),
+}
+
+
+def _flags(spec: knobs.Spec) -> str:
+    named = (
+        ("task", spec.per_task),
+        ("inherit", spec.inheritable),
+        ("agent", spec.agent_owned),
+        ("host", spec.host_wide),
+    )
+    return " ".join(name for name, on in named if on)
+
+
+def test_the_registry_lists_every_kind_with_its_key_and_order():
+    listed = {s.kind: (s.shape, s.apply_order, s.restore_phase, _flags(s)) for s in KINDS}
+    assert listed == EXPECTED
+    assert all(s.noun for s in KINDS)  # `hostd doctor` names what it leaves out by it
+
+
+def _example(spec: knobs.Spec) -> str:
+    """A real key of the spec's shape."""
+    return (
+        spec.shape.replace("TID@START", "4242@81234")
+        .replace("PID@START", "4242@81234")
+        .replace("SID@SINCE", "4242@81234")
+        .replace("/N/", "/3/")
+        .replace("PATH", "hostd/trainer" if spec.kind == "cgroup" else "user.slice/x.scope")
+    )
+
+
+@pytest.mark.parametrize("spec", KINDS, ids=lambda s: s.kind)
+def test_each_kinds_key_finds_its_spec_and_passes_the_journals_key_check(spec):
+    key = _example(spec)
+    assert knobs.spec_of(key) is spec
+    assert knobs.kind_of(key) == spec.kind
+    assert knobs.check_key(key) is None
+    assert _order(key) == spec.apply_order
+
+
+def test_restore_goes_by_phase_then_reverse_journal_order():
+    journal_order = [_example(BY_KIND[kind]) for kind in EXPECTED]  # written in apply order
+    journal_order.append("task/7@1/nice")  # a later record of the same phase as the first nice
+    restored = [knobs.kind_of(key) for key in _restore_order(journal_order)]
+    assert restored == [
+        "preempted",
+        "cpuset",
+        "nice",  # task/7@1/nice, journaled last, restored first within its phase
+        "group_cpu",
+        "numa",
+        "energy_performance_preference",
+        "scaling_min_freq",
+        "scaling_governor",
+        "irq",
+        "autogroup",
+        "nice",
+        "sched",
+        "affinity",
+        "cgroup",
+        "subtree",
+    ]
+
+
+def test_the_gates_read_the_specs():
+    assert kinds(agent_owned=True) == {"preempted", "group_cpu"}
+    assert kinds(host_wide=True) == {
+        "irq",
+        "scaling_governor",
+        "scaling_min_freq",
+        "energy_performance_preference",
+    }
+    assert needing({"sched"}) == {"sched", "nice", "autogroup"}
+    assert needing({"cpuset"}) == {"cgroup", "cpuset", "subtree"}
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("task/1@2/bogus", "no knob kind 'bogus'"),
+        ("task/x@2/nice", "is not a knob key"),
+        ("task/1@2/x/nice", "is not a knob key"),
+        ("irq/42/other", "no knob kind 'other'"),
+        ("cgroup/cpu/", "never weighs the root cgroup"),
+        ("cgroup/cpuset/user.slice", "not a cgroup hostd creates"),
+        ("cgroup/cpu/a/../b", "not a plain cgroup path"),
+        ("nothing/1/nice", "is not a knob key"),
+    ],
+)
+def test_malformed_keys_are_named(key, problem):
+    assert problem in (knobs.check_key(key) or "")
+
+
+def test_a_key_no_kind_handles_is_an_einval_host_error():
+    from hostd.host import HostError
+
+    with pytest.raises(HostError, match="no knob kind handles this key"):
+        knobs.spec_of("nothing/1/nice")
