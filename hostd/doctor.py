@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass, field
 
 from hostd.host import Host, HostError
+from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.connector import ProcConnector
 from hostd.knobkinds import needing
+from hostd.model.topology import Topology
 from hostd.numa import private_pages
-from hostd.topology import Topology, read_cgroup_layout
 
 # Capability bits (include/uapi/linux/capability.h).
 # What hostd uses (measured one by one with packaging/capcheck.py): SYS_NICE for affinity, RT

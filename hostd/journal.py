@@ -11,8 +11,8 @@ Task keys include the thread's start time, so a reused tid is never "restored".
 
 On load, every line is checked before anything is written with it: it must be UTF-8 JSON, its
 sum must match, its key must name a knob hostd may have changed and its value must be one that
-knob kind can hold (``hostd.knobs.check_key``/``check_value``: journal content never chooses
-which file hostd writes). A line that fails is listed in ``damaged`` (line number, why), the
+knob kind can hold (``hostd.knobkinds.check_key``/``check_value``: journal content never
+chooses which file hostd writes). A line that fails is listed in ``damaged`` (line number, why), the
 readable ones are all kept: ``hostd restore`` restores them and reports the rest, and the agent
 refuses to start on a damaged journal. A last line without its newline is a crash mid-append,
 whose knobs were never written (write-ahead): it is left out, noted in ``torn`` and cut from
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from hostd import __version__, knobs
+from hostd import __version__, knobkinds
 from hostd.knobs import Value, is_boot_bound
 
 JOURNAL_NAME = "journal.jsonl"
@@ -339,14 +339,14 @@ def _parse(raw: bytes) -> tuple[dict, None] | tuple[None, str]:
             return None, "its checksum does not match (damaged or edited)"
         del entry["sum"]
     key = entry.get("key")
-    why = knobs.check_key(key)
+    why = knobkinds.check_key(key)
     if why:
         return None, why
     if entry.get("done") is True:
         return entry, None
     if "orig" not in entry:
         return None, f"{key}: no original value"
-    why = knobs.check_value(key, entry["orig"])
+    why = knobkinds.check_value(key, entry["orig"])
     if why:
         return None, why
     inherit = entry.get("inherit")
@@ -357,7 +357,7 @@ def _parse(raw: bytes) -> tuple[dict, None] | tuple[None, str]:
             and all(type(inherit[n]) is int and inherit[n] >= 0 for n in ("sid", "tick"))
         )
         why = None if ok else f"{key}: inherit {inherit!r} is not (to, sid, tick)"
-        why = why or knobs.check_value(key, inherit["to"])
+        why = why or knobkinds.check_value(key, inherit["to"])
         if why:
             return None, why
     for name in ("boot", "version", "policy"):

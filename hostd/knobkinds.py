@@ -4,13 +4,21 @@ Each kind is one ``hostd.knobs.Spec``, declared in its actuator module next to i
 write. Adding a kind means declaring its spec there, listing it here, and giving the planner
 (or the agent) a rule that wants it; the reconciler, the journal's checks, restore ordering,
 the doctor's capability gates and the sidecar's host-wide exclusion all read the spec.
+
+``spec_of(key)`` finds a key's kind; ``read``/``write`` go through it; ``check_key`` and
+``check_value`` say what is wrong with a key or a value read back from the journal (None:
+nothing), before anything is written with it: a damaged or edited journal must never choose
+which file hostd writes, or write a value no knob of that kind can hold.
 """
 
 from __future__ import annotations
 
+import errno
+
 from hostd import cpufreq, irq, numa, sched
 from hostd.cpuset import affinity, cgroup
-from hostd.knobs import Spec
+from hostd.host import Host, HostError
+from hostd.knobs import KnobKey, Spec, Value, key_problem, parse_key
 from hostd.sched import group
 
 KINDS: tuple[Spec, ...] = (
@@ -42,3 +50,42 @@ def kinds(**facts: object) -> frozenset[str]:
 def needing(capabilities: set[str]) -> frozenset[str]:
     """The kinds that need one of these host capabilities."""
     return frozenset(s.kind for s in KINDS if s.needs in capabilities)
+
+
+def spec_of(key: str | KnobKey) -> Spec:
+    """The kind of a key (``HostError`` EINVAL: no kind handles it)."""
+    try:
+        k = parse_key(key) if isinstance(key, str) else key
+        return BY_SHAPE[(k.scope, k.name)]
+    except KeyError:
+        raise HostError(errno.EINVAL, str(key), "no knob kind handles this key") from None
+
+
+def kind_of(key: str) -> str:
+    return spec_of(key).kind
+
+
+def read(host: Host, key: str) -> Value:
+    return spec_of(key).read(host, key)
+
+
+def write(host: Host, key: str, value: Value) -> None:
+    spec_of(key).write(host, key, value)
+
+
+def check_key(key: object) -> str | None:
+    """What is wrong with a journal key (None: it names a knob hostd may have changed)."""
+    k, problem = key_problem(key)
+    if k is None:
+        return problem
+    spec = BY_SHAPE.get((k.scope, k.name))
+    if spec is None:
+        return f"{key!r}: no knob kind {k.name!r}"
+    problem = spec.check_key(k)
+    return f"{key!r}: {problem}" if problem else None
+
+
+def check_value(key: str, value: Value) -> str | None:
+    """What is wrong with ``value`` as an original of ``key`` (a key check_key accepted)."""
+    problem = spec_of(key).check(value)
+    return f"{key}: {problem}" if problem else None

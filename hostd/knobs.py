@@ -15,14 +15,14 @@ A knob kind is one ``Spec``, declared next to its read and write in its actuator
 ``hostd.irq``, ``hostd.cpufreq``, ``hostd.numa``): its key shape, how to read, write and check
 it, whether it is a thread's, its apply order and restore phase, whether threads inherit it,
 whether the agent rather than a pass owns it, what host capability it needs and how it is
-named. ``hostd.knobkinds.KINDS`` lists every kind, in one place; ``spec``/``spec_of`` look
-them up there. ``read``/``write`` raise the domain errors of ``hostd.host.errors`` (a thread
-whose start time no longer matches is ``Gone``: a reused tid is never touched).
+named. ``hostd.knobkinds`` lists every kind, in one place, and looks keys up there
+(``spec_of``, ``read``, ``write``, ``check_key``, ``check_value``). Reads and writes raise the
+domain errors of ``hostd.host.errors`` (a thread whose start time no longer matches is
+``Gone``: a reused tid is never touched).
 
-``check_key`` and ``check_value`` say what is wrong with a key or a value read back from the
-journal (None: nothing), before anything is written with it: a damaged or edited journal must
-never choose which file hostd writes, or write a value no knob of that kind can hold.
-``CHECKS`` holds the value checks that several kinds share.
+``key_problem`` says what is wrong with the shape of a key read back from the journal, before
+anything is written with it: a damaged or edited journal must never choose which file hostd
+writes. ``CHECKS`` holds the value checks that several kinds share.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostd.host import Gone, Host, HostError
+from hostd.host import Gone, Host
 
 Value = object  # a JSON value: str, int, bool, list or None
 
@@ -94,25 +94,6 @@ class Spec:
         return parts[1] if parts[0] == "cgroup" else parts[-1]
 
 
-def _registry() -> dict[tuple[str, str], Spec]:
-    from hostd.knobkinds import BY_SHAPE
-
-    return BY_SHAPE
-
-
-def spec_of(key: str | KnobKey) -> Spec:
-    """The kind of a key (``HostError`` EINVAL: no kind handles it)."""
-    try:
-        k = parse_key(key) if isinstance(key, str) else key
-        return _registry()[(k.scope, k.name)]
-    except KeyError:
-        raise HostError(errno.EINVAL, str(key), "no knob kind handles this key") from None
-
-
-def kind_of(key: str) -> str:
-    return spec_of(key).kind
-
-
 def is_task_key(key: str) -> bool:
     return key.startswith("task/")
 
@@ -143,14 +124,6 @@ def live_tid(host: Host, key: str) -> int:
     return tid
 
 
-def read(host: Host, key: str) -> Value:
-    return spec_of(key).read(host, key)
-
-
-def write(host: Host, key: str, value: Value) -> None:
-    spec_of(key).write(host, key, value)
-
-
 # -- checking what the journal holds -----------------------------------------------------------
 _IDENT = {
     "task": re.compile(r"[0-9]{1,10}@[0-9]{1,20}"),
@@ -172,31 +145,22 @@ def cgroup_path_problem(path: object) -> str | None:
     return None
 
 
-def check_key(key: object) -> str | None:
-    """What is wrong with a journal key (None: it names a knob hostd may have changed)."""
+def key_problem(key: object) -> tuple[KnobKey | None, str | None]:
+    """The parsed key, or what is wrong with its shape (any kind's: ``knobkinds.check_key``
+    adds the kind's own rules)."""
     if not isinstance(key, str):
-        return f"the key {key!r} is not a string"
+        return None, f"the key {key!r} is not a string"
     try:
         k = parse_key(key)
     except KeyError:
-        return f"{key!r} is not a knob key"
+        return None, f"{key!r} is not a knob key"
     if k.scope == "cgroup":
         problem = cgroup_path_problem(k.ident)
         if problem:
-            return problem
+            return None, problem
     elif not _IDENT[k.scope].fullmatch(k.ident) or key.count("/") != 2:
-        return f"{key!r} is not a knob key"
-    spec = _registry().get((k.scope, k.name))
-    if spec is None:
-        return f"{key!r}: no knob kind {k.name!r}"
-    problem = spec.check_key(k)
-    return f"{key!r}: {problem}" if problem else None
-
-
-def check_value(key: str, value: Value) -> str | None:
-    """What is wrong with ``value`` as an original of ``key`` (a key check_key accepted)."""
-    problem = spec_of(key).check(value)
-    return f"{key}: {problem}" if problem else None
+        return None, f"{key!r} is not a knob key"
+    return k, None
 
 
 def _int_in(lo: int, hi: int) -> Callable[[Value], str | None]:

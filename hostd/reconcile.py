@@ -20,16 +20,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hostd import knobs
-from hostd.cpuset import CPUSET_ROOT, format_cpulist
+from hostd import knobkinds, knobs
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
 from hostd.host import Host, HostError
 from hostd.host.parsers import parse_stat
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
+from hostd.model.cpus import CPUSET_ROOT, format_cpulist
+from hostd.model.tasks import Task
 from hostd.plan import NumaPlan, Plan, TaskPlan
-from hostd.tasks import Task
 
 # Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
 # demoted session's record and its cgroup's weight stay while the session is demoted, whatever a
@@ -144,7 +144,7 @@ class Observed:
         t = self.task(key)
         if t is None:
             return default
-        kind = knobs.kind_of(key)
+        kind = knobkinds.kind_of(key)
         if kind == "affinity":
             return format_cpulist(t.affinity)
         if kind == "nice":
@@ -166,7 +166,7 @@ def _order(key: str) -> int:
     """Apply order (``Spec.apply_order``): the controller before the cgroups, cgroups before
     the threads that go in them, membership before affinity, policy before nice, governor
     before its floor."""
-    return knobs.spec_of(key).apply_order
+    return knobkinds.spec_of(key).apply_order
 
 
 def _outcome(exc: HostError) -> str:
@@ -209,7 +209,7 @@ def reconcile(
         partial = isinstance(current, list) and None in current and same(current, value)
         if current is _UNKNOWN or partial:
             try:
-                current = knobs.read(host, key)
+                current = knobkinds.read(host, key)
             except HostError as exc:
                 report.results.append(Result(key, _outcome(exc), value, str(exc)))
                 continue
@@ -224,7 +224,7 @@ def reconcile(
         gone = []
         candidates = journal.recorded() if only is None else task_records(journal, only)
         for key in candidates:
-            if key in want or knobs.kind_of(key) in AGENT_KINDS:
+            if key in want or knobkinds.kind_of(key) in AGENT_KINDS:
                 continue
             if (
                 live_keys is not None
@@ -252,14 +252,14 @@ def reconcile(
             continue
         try:
             if isinstance(current, list) and None in current:
-                current = knobs.read(host, key)
+                current = knobkinds.read(host, key)
             orig = inherited(key, current) if inherited else current
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
             continue
         task = (
             observed.task(key)
-            if isinstance(observed, Observed) and knobs.kind_of(key) in INHERITABLE
+            if isinstance(observed, Observed) and knobkinds.kind_of(key) in INHERITABLE
             else None
         )
         if task is None:
@@ -280,7 +280,7 @@ def reconcile(
                 report.results.append(Result(key, "unjournaled", value, unjournaled))
             continue
         try:
-            knobs.write(host, key, value)
+            knobkinds.write(host, key, value)
             report.results.append(Result(key, "applied", value))
         except HostError as exc:
             outcome = _outcome(exc)
@@ -308,7 +308,7 @@ def _restore_order(keys: list[str]) -> list[str]:
     """Reverse journal order within each ``Spec.restore_phase``: a demoted session's inherited
     values first, threads rejoin their cgroup before their affinity is restored (joining a
     cpuset resets affinity), cgroups go last (once empty) and the v2 controller after them."""
-    return sorted(reversed(keys), key=lambda key: knobs.spec_of(key).restore_phase)
+    return sorted(reversed(keys), key=lambda key: knobkinds.spec_of(key).restore_phase)
 
 
 def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
@@ -317,11 +317,11 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
     for key in _restore_order(keys):
         orig = journal.original(key)
         try:
-            current = knobs.read(host, key)
+            current = knobkinds.read(host, key)
             if same(current, orig):
                 results.append(Result(key, "restored", orig, "already at its original"))
             else:
-                knobs.write(host, key, orig)
+                knobkinds.write(host, key, orig)
                 results.append(Result(key, "restored", orig))
             done.append(key)
         except HostError as exc:
@@ -364,7 +364,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
     # the thread it wrote it to): one read per thread and kind, whatever the number of records.
     wrote: dict[int, dict[str, dict[str, tuple[int, object, int]]]] = {}
     for rec in records:
-        kind = knobs.kind_of(rec.key)
+        kind = knobkinds.kind_of(rec.key)
         to = json.dumps(rec.inherit["to"])
         own, _ = knobs.parse_task_key(rec.key)
         by_to = wrote.setdefault(rec.inherit["sid"], {}).setdefault(kind, {})
@@ -388,13 +388,13 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
                 for kind, by_to in by_kind.items():
                     key = knobs.task_key(tid, start, kind)
                     try:
-                        current = knobs.read(host, key)
+                        current = knobkinds.read(host, key)
                         if isinstance(current, list) and kind == "sched":
                             current = [*current[:2], False]  # a child's reset flag is off
                         hit = by_to.get(json.dumps(current))
                         if hit is None or start < hit[0] or tid == hit[2]:
                             continue
-                        knobs.write(host, key, hit[1])
+                        knobkinds.write(host, key, hit[1])
                         results.append(Result(key, "restored", hit[1], f"inherited from {hit[2]}"))
                     except HostError as exc:
                         if _outcome(exc) != "gone":

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import os
 
-from hostd.cpuset import home_of
 from hostd.host import Host
 from hostd.host.parsers import parse_cgroup, primary_cgroup
 from hostd.knobkinds import kinds
+from hostd.model.cpus import home_of
 
 # The initial namespaces have fixed inode numbers (include/linux/proc_ns.h: PROC_PID_INIT_INO).
 INIT_PID_NS_INODE = 0xEFFFFFFC

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from hostd.classify import Classified, Classifier
 from hostd.host import Host
+from hostd.model.tasks import Task
+from hostd.model.topology import Topology
 from hostd.plan import Plan, plan
 from hostd.policy import Policy
-from hostd.tasks import Task, descendants, scan
-from hostd.topology import Topology, read_topology
+from hostd.tasks import descendants, scan
+from hostd.topology import read_topology
 
 
 @dataclass

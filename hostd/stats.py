@@ -8,7 +8,7 @@ layer of the policy's classification, say how much CPU each layer got and how lo
 threads were kept off a CPU: a latency-critical layer that waits is one to protect.
 
 Only threads present in both samples count; a thread is keyed by (tid, start time), as
-``hostd.tasks.Task.key``, so a tid reused in between is not mistaken for the same thread.
+``hostd.model.tasks.Task.key``, so a tid reused in between is not mistaken for the same thread.
 
 ``measure(host, policy, interval)`` takes a snapshot (``hostd.snapshot.take``), samples, sleeps
 and samples again; ``compare(before, after, classified, interval)`` is the pure arithmetic.
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from hostd.classify import Classified
 from hostd.host import Host
 from hostd.host.parsers import parse_schedstat, parse_stat, parse_status
+from hostd.model.tasks import Task
 from hostd.policy import Policy
 from hostd.snapshot import take
-from hostd.tasks import Task
 
 Key = tuple[int, int]  # (tid, start time), as Task.key
 

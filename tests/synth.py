@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 
-from hostd.tasks import Process, Task
-from hostd.topology import CgroupLayout, Cpu, CpuFreq, Gpu, Irq, Nic, Node, Topology
+from hostd.model.tasks import Process, Task
+from hostd.model.topology import CgroupLayout, Cpu, CpuFreq, Gpu, Irq, Nic, Node, Topology
 
 _tids = itertools.count(10_000)
 

@@ -56,17 +56,19 @@ from collections import Counter
 from pathlib import Path
 
 import hostd.sidecar
-from hostd import __version__, knobs
+from hostd import __version__, knobkinds, knobs
 from hostd.agent.watch import WatchLoop
 from hostd.classify import Classified, Classifier
 from hostd.cpufreq import hold_cpu_dma_latency
-from hostd.cpuset import home_of, parse_cpulist
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import DEFAULT_RCVBUF, Event, Overflow, ProcConnector
 from hostd.host.syscalls import POLICY_NUMBERS
 from hostd.host.uevents import DeviceEvents
 from hostd.journal import Journal, JournalError, read_boot_id
+from hostd.model.cpus import home_of, parse_cpulist
+from hostd.model.tasks import Task
+from hostd.model.topology import Topology
 from hostd.plan import (
     NumaPlan,
     Plan,
@@ -97,8 +99,8 @@ from hostd.statedir import (
     owned_file,
     write_atomic,
 )
-from hostd.tasks import Task, TaskCache
-from hostd.topology import Topology, read_topology
+from hostd.tasks import TaskCache
+from hostd.topology import read_topology
 
 log = logging.getLogger("hostd")
 
@@ -327,7 +329,7 @@ class Agent:
             hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
         )
         if off:
-            want = {k: v for k, v in want.items() if knobs.kind_of(k) not in off}
+            want = {k: v for k, v in want.items() if knobkinds.kind_of(k) not in off}
         report = reconcile(
             self.host,
             self.journal if self.mode == "enforce" else None,
@@ -351,7 +353,7 @@ class Agent:
             task = self.cache.tasks.get(tid)
             if task is None or task.start_time != start:
                 continue
-            kind, value = knobs.kind_of(r.key), r.value
+            kind, value = knobkinds.kind_of(r.key), r.value
             if kind == "affinity":
                 task.affinity = parse_cpulist(str(value))
             elif kind == "nice" and isinstance(value, int):
@@ -439,7 +441,7 @@ class Agent:
         # moment later (``_join_cpusets``), when no events are waiting. Going back home from a
         # hostd cpuset cannot wait: its affinity would not fit the cpuset it is in.
         joins = [
-            k for k, v in want.items() if knobs.kind_of(k) == "cpuset" and home_of(str(v)) != v
+            k for k, v in want.items() if knobkinds.kind_of(k) == "cpuset" and home_of(str(v)) != v
         ]
         for key in joins:
             affinity_key = key.rsplit("/", 1)[0] + "/affinity"

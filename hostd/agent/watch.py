@@ -36,11 +36,11 @@ import time
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from hostd import knobs
-from hostd.cpuset import home_of
+from hostd import knobkinds, knobs
 from hostd.host import HostError
 from hostd.host.parsers import parse_cgroup
 from hostd.journal import JournalError
+from hostd.model.cpus import home_of
 from hostd.plan import NORMAL_POLICIES, may_touch
 from hostd.policy import Policy
 from hostd.preempt import (
@@ -57,7 +57,7 @@ from hostd.sched import group
 
 if TYPE_CHECKING:
     from hostd.agent import Agent
-    from hostd.tasks import Task
+    from hostd.model.tasks import Task
 
 log = logging.getLogger("hostd")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -307,7 +307,11 @@ class WatchLoop:
     def inherited(self, key: str, current: object) -> object:
         """The original to journal for ``key``: a thread born SCHED_IDLE in a demoted session
         (it inherited that from a thread hostd demoted) has its session's original policy."""
-        if knobs.kind_of(key) != "sched" or not isinstance(current, list) or current[0] != "idle":
+        if (
+            knobkinds.kind_of(key) != "sched"
+            or not isinstance(current, list)
+            or current[0] != "idle"
+        ):
             return current
         tid, start = knobs.parse_task_key(key)
         task = self.agent.cache.tasks.get(tid)
@@ -411,7 +415,7 @@ class WatchLoop:
                 self.groups[key].add(sid)
                 continue
             why = why_group_kept(path, self.group_members(path), self.watch.demoted)
-            if why is None and knobs.check_key(key) is not None:
+            if why is None and knobkinds.check_key(key) is not None:
                 why = "its name is not a plain cgroup path"
             if why is not None:
                 if path.strip("/"):

@@ -13,8 +13,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from hostd.model.tasks import GPU_DEVICE_PREFIXES, Task
 from hostd.policy import MATCH_CHARS, Layer, Policy, Predicate
-from hostd.tasks import GPU_DEVICE_PREFIXES, Task
 
 Test = Callable[[Task], bool]
 

@@ -231,7 +231,7 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     table = Table(title_justify="left")
     for col in ("layer", "kind", "threads", "own CPUs", "notes"):
         table.add_column(col)
-    from hostd.cpuset import format_cpulist
+    from hostd.model.cpus import format_cpulist
 
     for layer in st["layers"]:
         table.add_row(

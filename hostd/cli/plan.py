@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, out, print_json, snapshot
-from hostd.cpuset import format_cpulist
+from hostd.model.cpus import format_cpulist
 
 
 def plan(

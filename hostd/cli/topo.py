@@ -1,6 +1,6 @@
 """``hostd topo``: the host's CPUs, NUMA nodes, caches, GPUs, NICs and IRQs at a glance.
 
-Renders ``hostd.topology.Topology``; ``--json`` prints the same facts as data. The GPU/NIC
+Renders ``hostd.model.topology.Topology``; ``--json`` prints the same facts as data. The GPU/NIC
 matrix follows the spirit of ``nvidia-smi topo -m``: each device with its NUMA node and the CPUs
 local to it.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 from rich.table import Table
 
 from hostd.cli.common import JsonOpt, RootOpt, get_host, out, print_json
-from hostd.cpuset import format_cpulist
-from hostd.topology import Topology, read_topology
+from hostd.model.cpus import format_cpulist
+from hostd.model.topology import Topology
+from hostd.topology import read_topology
 
 
 def topo_json(t: Topology) -> dict:

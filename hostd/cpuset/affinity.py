@@ -6,8 +6,8 @@ Values are cpulist strings ("0-3,8"). Called through ``hostd.knobs`` by ``hostd.
 from __future__ import annotations
 
 from hostd import knobs
-from hostd.cpuset import format_cpulist, parse_cpulist
 from hostd.host import Host
+from hostd.model.cpus import format_cpulist, parse_cpulist
 
 
 def _read(host: Host, key: str) -> str:

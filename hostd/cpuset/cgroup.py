@@ -1,4 +1,4 @@
-"""cpuset cgroups for layers: v1 (through cgroupspy) and v2 (written natively).
+"""cpuset cgroups for layers: v1 and v2, written through ``Host`` (its dry-run and errno mapping).
 
 Mechanism (the planner's documented choice, see ``hostd.plan``): hostd never moves a process
 out of the cgroup it lives in, because on v2 that would change every controller of the process
@@ -35,14 +35,11 @@ import errno
 import functools
 import os
 
-from cgroupspy import trees
-
 from hostd import knobs
-from hostd.cpuset import CPUSET_ROOT, V2_PREFIX, format_cpulist, home_of, parse_cpulist
 from hostd.host import Gone, Host, HostError
-from hostd.host.errors import from_oserror
+from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.parsers import parse_cgroup
-from hostd.topology import read_cgroup_layout
+from hostd.model.cpus import CPUSET_ROOT, V2_PREFIX, format_cpulist, home_of, parse_cpulist
 
 
 def cpuset_key(path: str) -> str:
@@ -84,17 +81,6 @@ def _group_path(key: str) -> str:
     return knobs.parse_key(key).ident
 
 
-def _node(host: Host, mount: str, path: str):
-    """The cgroupspy node of a v1 cpuset cgroup (or None when absent)."""
-    full = host.path(mount)
-    tree = trees.Tree(root_path=os.path.dirname(full), groups=[os.path.basename(full)])
-    wanted = os.path.basename(full) + path.rstrip("/")
-    try:
-        return tree.get_node_by_path("/" + wanted.strip("/") + "/")
-    except Exception:  # cgroupspy raises plain errors for missing paths
-        return None
-
-
 def _read_group(host: Host, key: str) -> dict | None:
     _, mount = _where(host, key)
     path = _group_path(key)
@@ -113,33 +99,22 @@ def _read_group(host: Host, key: str) -> dict | None:
 def _write_group(host: Host, key: str, value: object) -> None:
     version, mount = _where(host, key)
     path = _group_path(key)
-    try:
-        if version == "v2":
-            _write_group_v2(host, key, mount, path, value)
-            return
-        parent, name = os.path.split(path)
-        if value is None:
-            _evacuate(host, mount, path)
-            node = _node(host, mount, parent)
-            if node is not None:
-                node.delete_cgroup(name)
-            return
-        assert isinstance(value, dict)
-        if not host.exists(f"{mount}{path}"):
-            node = _node(host, mount, parent)
-            if node is None:
-                raise Gone(errno.ENOENT, key, f"parent cgroup {parent} is missing")
-            node.create_cgroup(name)
-        group = _node(host, mount, path)
-        if group is None:
-            raise Gone(errno.ENOENT, key, "cgroup vanished")
-        # A v1 cpuset takes tasks only once both are set; mems first so cpus can follow.
-        group.controller.mems = parse_cpulist(value["mems"])
-        group.controller.cpus = parse_cpulist(value["cpus"])
-    except OSError as exc:
-        if isinstance(exc, HostError):
-            raise
-        raise from_oserror(exc, key) from None
+    if version == "v2":
+        _write_group_v2(host, key, mount, path, value)
+        return
+    base = f"{mount}{path.rstrip('/')}"
+    if value is None:
+        _evacuate(host, mount, path)
+        host.rmdir(base)
+        return
+    assert isinstance(value, dict)
+    parent = os.path.dirname(path.rstrip("/"))
+    if not host.exists(f"{mount}{parent}"):
+        raise Gone(errno.ENOENT, key, f"parent cgroup {parent} is missing")
+    host.mkdir(base)
+    # A v1 cpuset takes tasks only once both are set; mems first so cpus can follow.
+    host.write(f"{base}/cpuset.mems", value["mems"])
+    host.write(f"{base}/cpuset.cpus", value["cpus"])
 
 
 def _write_group_v2(host: Host, key: str, mount: str, path: str, value: object) -> None:

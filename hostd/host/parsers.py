@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hostd.cpuset import parse_cpulist
+from hostd.model.cpus import parse_cpulist
 
 # /proc/PID/stat flag bit for kernel threads (include/linux/sched.h).
 PF_KTHREAD = 0x00200000

@@ -11,8 +11,8 @@ import errno
 import os
 
 from hostd import knobs
-from hostd.cpuset import format_cpulist, parse_cpulist
 from hostd.host import Gone, Host, NotPermitted, Unchangeable
+from hostd.model.cpus import format_cpulist, parse_cpulist
 
 
 def _irq(key: str) -> int:

@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hostd.classify import Classified
-from hostd.cpuset import CPUSET_ROOT, format_cpulist, home_of, v2_group
+from hostd.model.cpus import CPUSET_ROOT, format_cpulist, home_of, v2_group
+from hostd.model.tasks import Process
+from hostd.model.topology import Topology
 from hostd.policy import CpuAmount, Layer, Policy
-from hostd.tasks import Process
-from hostd.topology import Topology
 
 PLAN_FORMAT = 1
 NORMAL_POLICIES = (0, 3, 5)  # SCHED_OTHER, SCHED_BATCH, SCHED_IDLE (include/uapi/linux/sched.h)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hostd.classify import Classifier
-from hostd.cpuset import parse_cpulist
 from hostd.host import Host
 from hostd.host.parsers import parse_stat
+from hostd.model.cpus import parse_cpulist
 from hostd.plan import plan
 from hostd.policy import load_default
 from hostd.tasks import scan

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd import knobs
+from hostd import knobkinds, knobs
 from hostd.host import Host
 from hostd.journal import Journal, read_boot_id
 from hostd.reconcile import Observed, reconcile, restore
@@ -113,7 +113,7 @@ def test_a_session_weight_comes_back_after_its_leader_exited(tmp_path):
         key = knobs.task_key(leader.pid, host.start_time(leader.pid), "autogroup")
         journal = Journal(tmp_path / "state", read_boot_id(host))
         journal.record([(key, nice)])
-        knobs.write(host, key, nice - 5)
+        knobkinds.write(host, key, nice - 5)
         leader.kill()
         leader.wait()
         assert Path(f"/proc/{member}/autogroup").read_text().split()[-1] == str(nice - 5)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hostd import knobs
+from hostd import knobkinds, knobs
 from hostd.host import Host, HostError
 from hostd.numa import move_process, pages_by_node, private_pages
 
@@ -54,7 +54,7 @@ def test_absent_node_is_a_clean_error(holder):
 def test_numa_knob_reads_the_majority_node(holder):
     host = Host()
     key = knobs.task_key(holder, host.start_time(holder), "numa")
-    assert knobs.read(host, key) == [0, None]
-    knobs.write(host, key, [0, "move_pages"])  # moving to where it is: a no-op that succeeds
-    knobs.write(host, key, [0, "migrate_pages"])
+    assert knobkinds.read(host, key) == [0, None]
+    knobkinds.write(host, key, [0, "move_pages"])  # moving to where it is: a no-op that succeeds
+    knobkinds.write(host, key, [0, "migrate_pages"])
     assert set(pages_by_node(host, holder)) == {0}

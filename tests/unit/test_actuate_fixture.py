@@ -119,7 +119,7 @@ def test_a_refused_knob_is_remembered_and_not_retried(tree, tmp_path):
 
 
 def _cpus(text: str) -> set[int]:
-    from hostd.cpuset import parse_cpulist
+    from hostd.model.cpus import parse_cpulist
 
     return set(parse_cpulist(text))
 

@@ -13,9 +13,9 @@ import shutil
 import pytest
 
 import hostd.cpuset.cgroup  # noqa: F401  (registers the cgroup knobs)
-from hostd import knobs
-from hostd.cpuset import home_of, v2_group
+from hostd import knobkinds
 from hostd.host import Host, HostError
+from hostd.model.cpus import home_of, v2_group
 
 MOUNTINFO = "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n"
 
@@ -39,20 +39,20 @@ def test_a_cgroup_with_children_of_its_own_is_left_alone(tree):
     (child / "cgroup.type").write_text("domain\n")
     key = "cgroup/cpuset" + v2_group("/svc.service", "trainer")
     with pytest.raises(HostError) as err:
-        knobs.write(Host(tree), key, {"cpus": "3", "mems": "0"})
+        knobkinds.write(Host(tree), key, {"cpus": "3", "mems": "0"})
     assert "has child cgroups of its own (payload)" in str(err.value)
     assert not (tree / "sys/fs/cgroup/svc.service/hostd.trainer").exists()
 
 
 def test_subtree_knob_reads_the_controller_and_a_missing_group_is_gone(tree):
     host = Host(tree)
-    assert knobs.read(host, "cgroup/subtree/") is False
-    assert knobs.read(host, "cgroup/subtree/svc.service") is False
+    assert knobkinds.read(host, "cgroup/subtree/") is False
+    assert knobkinds.read(host, "cgroup/subtree/svc.service") is False
     (tree / "sys/fs/cgroup/cgroup.subtree_control").write_text("cpuset cpu memory\n")
-    assert knobs.read(host, "cgroup/subtree/") is True
-    assert knobs.read(host, "cgroup/cpuset/svc.service/hostd.trainer") is None  # absent
+    assert knobkinds.read(host, "cgroup/subtree/") is True
+    assert knobkinds.read(host, "cgroup/cpuset/svc.service/hostd.trainer") is None  # absent
     with pytest.raises(HostError) as err:
-        knobs.read(host, "cgroup/subtree/gone.service")
+        knobkinds.read(host, "cgroup/subtree/gone.service")
     assert err.value.outcome == "gone"
 
 
@@ -82,10 +82,10 @@ def test_turning_cpuset_off_where_others_now_use_it_leaves_it_on(tree, monkeypat
 
     monkeypatch.setattr(host, "write", busy)
     with pytest.raises(HostError) as err:
-        knobs.write(host, "cgroup/subtree/", False)
+        knobkinds.write(host, "cgroup/subtree/", False)
     assert err.value.outcome == "gone" and "left on" in str(err.value)
     with pytest.raises(HostError) as err:
-        knobs.write(host, "cgroup/subtree/", True)  # turning it on: a real failure
+        knobkinds.write(host, "cgroup/subtree/", True)  # turning it on: a real failure
     assert err.value.outcome == "error"
 
 
@@ -98,21 +98,21 @@ def test_group_cpu_knob_reads_writes_and_never_writes_a_cgroup_made_again(tree):
     (scope / "cpu.idle").write_text("0\n")
     (scope / "cpu.weight").write_text("100\n")
     host, key = Host(tree), group.key_of("/svc.service")
-    assert knobs.kind_of(key) == "group_cpu" and knobs.check_key(key) is None
-    orig = knobs.read(host, key)
+    assert knobkinds.kind_of(key) == "group_cpu" and knobkinds.check_key(key) is None
+    orig = knobkinds.read(host, key)
     assert orig == {"ino": scope.stat().st_ino, "file": "cpu.idle", "value": 0}
-    knobs.write(host, key, group.yielding(orig))
+    knobkinds.write(host, key, group.yielding(orig))
     assert (scope / "cpu.idle").read_text() == "1\n"
     # a value read from another cgroup of that path (one removed and made again): never written
     with pytest.raises(HostError) as err:
-        knobs.write(host, key, {**orig, "ino": orig["ino"] + 1})
+        knobkinds.write(host, key, {**orig, "ino": orig["ino"] + 1})
     assert err.value.outcome == "gone"
     assert (scope / "cpu.idle").read_text() == "1\n"
-    knobs.write(host, key, orig)
+    knobkinds.write(host, key, orig)
     assert (scope / "cpu.idle").read_text() == "0\n"
     shutil.rmtree(scope)
     with pytest.raises(HostError) as err:
-        knobs.read(host, key)
+        knobkinds.read(host, key)
     assert err.value.outcome == "gone"
     group.mount.cache_clear()
 
@@ -132,5 +132,5 @@ def test_group_cpu_knob_reads_writes_and_never_writes_a_cgroup_made_again(tree):
 def test_group_cpu_journal_checks(key, value, problem):
     import hostd.sched.group  # noqa: F401
 
-    got = knobs.check_key(key) or knobs.check_value(key, value)
+    got = knobkinds.check_key(key) or knobkinds.check_value(key, value)
     assert (got is None) if problem is None else (problem in got), got

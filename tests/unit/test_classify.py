@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostd.classify import Classifier
+from hostd.model.tasks import Process, Task
 from hostd.policy import Policy, Predicate, load_default, load_policy, parse_policy
-from hostd.tasks import Process, Task
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = REPO / "tests" / "fixtures" / "policies" / "good"

@@ -20,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from hostd.host import Host
-from hostd.tasks import Task, scan
-from hostd.topology import Topology, read_topology
+from hostd.model.tasks import Task
+from hostd.model.topology import Topology
+from hostd.tasks import scan
+from hostd.topology import read_topology
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = REPO / "tests" / "fixtures" / "hosts"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from hostd import knobs
+from hostd import knobkinds, knobs
 from hostd.knobkinds import BY_KIND, KINDS, kinds, needing
 from hostd.reconcile import _order, _restore_order
 
@@ -61,16 +61,16 @@ def _example(spec: knobs.Spec) -> str:
 @pytest.mark.parametrize("spec", KINDS, ids=lambda s: s.kind)
 def test_each_kinds_key_finds_its_spec_and_passes_the_journals_key_check(spec):
     key = _example(spec)
-    assert knobs.spec_of(key) is spec
-    assert knobs.kind_of(key) == spec.kind
-    assert knobs.check_key(key) is None
+    assert knobkinds.spec_of(key) is spec
+    assert knobkinds.kind_of(key) == spec.kind
+    assert knobkinds.check_key(key) is None
     assert _order(key) == spec.apply_order
 
 
 def test_restore_goes_by_phase_then_reverse_journal_order():
     journal_order = [_example(BY_KIND[kind]) for kind in EXPECTED]  # written in apply order
     journal_order.append("task/7@1/nice")  # a later record of the same phase as the first nice
-    restored = [knobs.kind_of(key) for key in _restore_order(journal_order)]
+    restored = [knobkinds.kind_of(key) for key in _restore_order(journal_order)]
     assert restored == [
         "preempted",
         "cpuset",
@@ -116,11 +116,11 @@ def test_the_gates_read_the_specs():
     ],
 )
 def test_malformed_keys_are_named(key, problem):
-    assert problem in (knobs.check_key(key) or "")
+    assert problem in (knobkinds.check_key(key) or "")
 
 
 def test_a_key_no_kind_handles_is_an_einval_host_error():
     from hostd.host import HostError
 
     with pytest.raises(HostError, match="no knob kind handles this key"):
-        knobs.spec_of("nothing/1/nice")
+        knobkinds.spec_of("nothing/1/nice")

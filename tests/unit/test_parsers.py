@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hostd.cpuset import CpuListError, format_cpulist, format_mask, parse_cpulist, parse_mask
 from hostd.host.parsers import (
     parse_cgroup,
     parse_interrupts,
@@ -16,6 +15,7 @@ from hostd.host.parsers import (
     parse_status,
     primary_cgroup,
 )
+from hostd.model.cpus import CpuListError, format_cpulist, format_mask, parse_cpulist, parse_mask
 
 TAIL = (
     "S 1948 1948 990 0 -1 4194304 97 0 0 0 11 7 0 0 20 -5 3 0 11263 3133440 393 "

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostd.classify import Classifier
+from hostd.model.topology import CgroupLayout
 from hostd.plan import TaskPlanner, plan
 from hostd.policy import parse_policy
 from hostd.reconcile import desired_state
-from hostd.topology import CgroupLayout
 from tests import synth
 
 TRAINING = b"""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from hostd.cpuset import parse_cpulist
 from hostd.host import Gone, Host
+from hostd.model.cpus import parse_cpulist
 
 IN_VM = os.environ.get("HOSTD_IN_VM") == "1"
 CGROUP = Path("/sys/fs/cgroup")

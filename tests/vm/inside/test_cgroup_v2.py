@@ -12,9 +12,9 @@ import errno
 
 import pytest
 
-from hostd.cpuset import parse_cpulist
 from hostd.cpuset.cgroup import write_v2_cpuset
-from hostd.topology import read_cgroup_layout
+from hostd.host.cgroupfs import read_cgroup_layout
+from hostd.model.cpus import parse_cpulist
 from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed, status_field
 
 GROUP = "hostd-vmtest"

@@ -20,8 +20,8 @@ import os
 
 import pytest
 
-from hostd.cpuset import parse_cpulist
 from hostd.cpuset.cgroup import write_v2_cpuset
+from hostd.model.cpus import parse_cpulist
 from tests import agentproc
 from tests.agentproc import Agent
 from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed, read

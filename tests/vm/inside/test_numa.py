@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from hostd import knobs
-from hostd.cpuset import format_cpulist
+from hostd import knobkinds, knobs
 from hostd.journal import Journal, read_boot_id
+from hostd.model.cpus import format_cpulist
 from hostd.numa import PAGE, move_process, pages_by_node
 from hostd.reconcile import reconcile, restore
 from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed, read
@@ -137,7 +137,7 @@ def test_hostd_moves_memory_and_threads_to_node_1_and_restore_brings_them_back(
 ):
     pid, pages = holder
     numa_key = knobs.task_key(pid, host.start_time(pid), "numa")
-    assert knobs.read(host, numa_key) == [0, None]
+    assert knobkinds.read(host, numa_key) == [0, None]
     threads = {t: host.start_time(t) for t in tids(pid)}
     # What the agent's reconcile gets from a plan that puts this process on node 1.
     want: dict[str, object] = {
@@ -149,7 +149,7 @@ def test_hostd_moves_memory_and_threads_to_node_1_and_restore_brings_them_back(
     assert report.counts == {"applied": len(want)}, report.results
 
     assert where(host, pid, pages) == {1: len(pages)}
-    assert knobs.read(host, numa_key) == [1, None]
+    assert knobkinds.read(host, numa_key) == [1, None]
     by_node = pages_by_node(host, pid)
     assert by_node[1] > by_node[0]
     assert all(cpus_allowed(t) == NODE1 for t in threads)
@@ -157,7 +157,7 @@ def test_hostd_moves_memory_and_threads_to_node_1_and_restore_brings_them_back(
     restored = restore(host, journal)
     assert {r.outcome for r in restored.results} == {"restored"}, restored.results
     assert where(host, pid, pages) == {0: len(pages)}
-    assert knobs.read(host, numa_key) == [0, None]
+    assert knobkinds.read(host, numa_key) == [0, None]
     assert all(cpus_allowed(t) == NODE0 for t in threads)
     assert len(Journal(tmp_path / "state", read_boot_id(host))) == 0
 
@@ -204,5 +204,5 @@ def test_balancer_marked_huge_pages_are_hidden_from_move_pages(host, eager_balan
 
 def test_numa_knob_moves_huge_pages_the_balancer_marked(host, eager_balancer, start_holder):
     pid, pages, hidden = _hidden_holder(host, start_holder)
-    knobs.write(host, knobs.task_key(pid, host.start_time(pid), "numa"), [1, "move_pages"])
+    knobkinds.write(host, knobs.task_key(pid, host.start_time(pid), "numa"), [1, "move_pages"])
     assert where(host, pid, pages) == {1: len(pages)}, f"{hidden} pages were hidden"

@@ -13,9 +13,10 @@ import dataclasses
 import json
 
 from hostd.classify import Classifier
+from hostd.model.topology import Gpu
 from hostd.plan import plan
 from hostd.policy import parse_policy
-from hostd.topology import Gpu, read_topology
+from hostd.topology import read_topology
 from tests import synth
 from tests.vm.inside.conftest import NODE0, NODE1, hostd_here
 

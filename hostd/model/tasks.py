@@ -1,0 +1,97 @@
+"""Threads and processes as values: what the classifier, the planner and the watch decide on.
+
+``hostd.tasks`` reads them from /proc (through ``Host``); this module only defines them, so the
+pure core can use them without importing the kernel door.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Scheduling policies by number (include/uapi/linux/sched.h).
+POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline", 7: "ext"}
+# GPU-driver files: holding one of these makes a process a GPU process. Render nodes are recorded
+# too (they say which AMD GPU a /dev/kfd process uses) but alone they do not count: desktop
+# programs open them.
+GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/")
+RENDER_PREFIX = "/dev/dri/renderD"
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """What all threads of one thread group share."""
+
+    pid: int
+    start_time: int
+    comm: str  # the thread-group leader's comm ("pcomm")
+    ppid: int
+    parent_comm: str
+    cgroup: str
+    cpuset: str  # its leader's cpuset cgroup: the v1 cpuset path, else the v2 path ("" neither)
+    cmdline: str  # arguments joined by spaces; "" for kernel threads
+    exe: str | None  # None for kernel threads or when not permitted to see it
+    gpu_devices: tuple[str, ...]  # GPU-driver and render device files it holds, "/dev/nvidia0"
+    nvml: bool  # NVML lists it among the GPU processes
+    is_kthread: bool
+    session: int = 0  # its session (= its autogroup while autogroups are on); 0 unknown
+    tty: bool = False  # it has a controlling terminal (an interactive session's process)
+
+    @property
+    def gpu(self) -> bool:
+        return any(dev.startswith(GPU_DEVICE_PREFIXES) for dev in self.gpu_devices)
+
+    @property
+    def session_leader(self) -> bool:
+        """It leads its session (setsid(2)): torchrun starts each rank so."""
+        return self.session == self.pid
+
+    @property
+    def nvidia_minors(self) -> tuple[int, ...]:
+        """The /dev/nvidiaN device numbers it holds (which GPUs it uses)."""
+        minors = []
+        for dev in self.gpu_devices:
+            tail = dev[len("/dev/nvidia") :]
+            if dev.startswith("/dev/nvidia") and tail.isdigit():
+                minors.append(int(tail))
+        return tuple(sorted(minors))
+
+
+@dataclass(slots=True)
+class Task:
+    """One thread. (Not frozen, only because frozen construction costs 1 us more, 100k times a
+    pass; treat it as a value.)"""
+
+    tid: int
+    start_time: int
+    comm: str
+    state: str
+    uid: int
+    gid: int
+    nice: int
+    policy: int
+    rt_priority: int
+    affinity: frozenset[int]
+    utime: int
+    stime: int
+    processor: int
+    process: Process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.tid, self.start_time)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.tid == self.process.pid
+
+    @property
+    def is_kthread(self) -> bool:
+        return self.process.is_kthread
+
+    @property
+    def policy_name(self) -> str:
+        return POLICY_NAMES.get(self.policy, str(self.policy))
