@@ -7,7 +7,8 @@ The job is a small C program (compiled here with gcc): one thread per online CPU
 fixed slice of arithmetic (``--step-us``, 2 ms) and then a ``pthread_barrier_wait``, so every
 step waits for the slowest thread, as OpenMP regions, collectives and DataLoader hand-offs do.
 It runs in a session of its own and prints steps/s and its step time p50/p99. The contention is
-``2 x CPUs`` busy loops in another session (another tenant). Arms, interleaved, rotated per
+another session (another tenant): ``2 x CPUs`` busy loops, or kernel-mode work
+(``--competitor``, see ``competitor``). Arms, interleaved, rotated per
 repetition (none needs hostd; each puts back what it changed):
 
 - ``alone``; ``contended`` (nothing done);
@@ -125,6 +126,25 @@ int main(int argc, char **argv) {
 """
 
 HOGS = "import os\nfor _ in range({n} - 1):\n    if os.fork() == 0: break\nwhile True: pass\n"
+_DD_FILE = (
+    "while :; do dd if=/dev/zero of={dir}/w{i} bs=1M count=256 conv=fdatasync status=none; done"
+)
+
+
+def competitor(kind: str, ncpu: int, scratch: str) -> list[str]:
+    """The command of the contention (``--competitor``), a session leader of its own.
+
+    ``python``: 2 x CPUs busy loops (user mode). ``dev-zero``: 2 x CPUs ``dd`` copies from
+    /dev/zero to /dev/null (kernel mode, no file system: the kernel offers to reschedule every
+    page). ``file-writer``: 2 ``dd ... conv=fdatasync`` loops writing 256 MiB files to disk (the
+    trainer matrix's io contention: kernel mode, page cache, writeback)."""
+    if kind == "python":
+        return [sys.executable, "-c", HOGS.format(n=2 * ncpu)]
+    if kind == "dev-zero":
+        loops = ["dd if=/dev/zero of=/dev/null bs=1M status=none"] * (2 * ncpu)
+    else:
+        loops = [f"{_DD_FILE.format(dir=scratch, i=i)}" for i in range(2)]
+    return ["sh", "-c", " & ".join(loops) + " & wait"]
 
 
 def _read(path: Path) -> str:
@@ -306,15 +326,12 @@ def run_arm(
     try:
         if arm != "alone":
             hogs = subprocess.Popen(
-                [sys.executable, "-c", HOGS.format(n=2 * ncpu)],
+                competitor(args.competitor, ncpu, args.scratch),
                 start_new_session=True,
                 preexec_fn=(lambda: scopes.enter(scopes.hogs)) if scopes else None,
             )  # fmt: skip
             time.sleep(0.5)
-            pids = [hogs.pid] + [
-                int(p) for p in os.listdir("/proc")
-                if p.isdigit() and _sid(int(p)) == hogs.pid and int(p) != hogs.pid
-            ]  # fmt: skip
+            pids = _session(hogs.pid)
             for tid in threads_of(pids):
                 with contextlib.suppress(OSError):
                     if arm == "nice 19":
@@ -353,6 +370,13 @@ def run_arm(
             cgroup.remove()
 
 
+def _session(sid: int) -> list[int]:
+    """The processes of session ``sid``, its leader first."""
+    return [sid] + [
+        int(p) for p in os.listdir("/proc") if p.isdigit() and _sid(int(p)) == sid and int(p) != sid
+    ]
+
+
 def _sid(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
@@ -366,8 +390,8 @@ def render(runs: list[dict], info: dict, args: argparse.Namespace) -> str:
         f"{'on' if info['autogroup'] else 'off'} ({info['where']}, {info['when']})",
         "",
         f"`bench/preempt.py --reps {args.reps} --seconds {args.seconds:g} --step-us "
-        f"{args.step_us:g} --placement {args.placement}`: {info['ncpu']} job threads, "
-        f"{2 * info['ncpu']} busy loops; {info['placement']}.",
+        f"{args.step_us:g} --placement {args.placement} --competitor {args.competitor}`: "
+        f"{info['ncpu']} job threads against {info['competitor']}; {info['placement']}.",
         "",
         "| arm | steps/s (median) | vs alone, median | vs alone, worst rep | step p99 ms |",
         "|---|---:|---:|---:|---:|",
@@ -405,6 +429,10 @@ def main() -> None:
         help="root: everything in the root cpu cgroup (autogroups apply); scopes: the job and "
         "the competitors each in a cgroup of its own",
     )  # fmt: skip
+    ap.add_argument(
+        "--competitor", choices=("python", "dev-zero", "file-writer"), default="python",
+        help="the contention (see ``competitor``)",
+    )  # fmt: skip
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/preempt.py needs root (SCHED_IDLE, autogroups, cgroups)")
@@ -427,9 +455,18 @@ def main() -> None:
         ),
         "where": "the VM tier (QEMU TCG)" if os.environ.get("HOSTD_IN_VM") else "this host",
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "competitor": {
+            "python": f"{2 * ncpu} busy Python loops",
+            "dev-zero": f"{2 * ncpu} dd copies /dev/zero -> /dev/null",
+            "file-writer": "2 dd loops writing 256 MiB files with fdatasync",
+        }[args.competitor],
     }
     runs = []
-    with tempfile.TemporaryDirectory(prefix="hostd-preempt-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="hostd-preempt-") as tmp,
+        tempfile.TemporaryDirectory(prefix="hostd-preempt-", dir="/var/tmp") as scratch,
+    ):
+        args.scratch = scratch  # on disk, not tmpfs: the file writers' files
         src, job = Path(tmp) / "job.c", Path(tmp) / "job"
         src.write_text(JOB_C)
         cc = shutil.which("gcc") or shutil.which("cc")
