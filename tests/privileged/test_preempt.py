@@ -386,15 +386,26 @@ def _yields(path: Path) -> bool:
     return _setting(path) == ("1" if idle.exists() else "2")
 
 
+def _tenant_weighed_down(tmp_path, box, tenant):
+    """The busy session moved into ``tenant``, the agent started and ``tenant`` weighed down:
+    (its setting before, the box's threads before, the agent)."""
+    for pid in [box.pids["busy"], *box.kids("busy")]:
+        (tenant / "cgroup.procs").write_text(str(pid))
+    setting = _setting(tenant)
+    before = box.threads()
+    agent = _start_demoted(tmp_path, box)
+    try:
+        wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
+    except BaseException:
+        agent.stop()
+        raise
+    return setting, before, agent
+
+
 def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_path, tenant):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        for pid in [box.pids["busy"], *box.kids("busy")]:
-            (tenant / "cgroup.procs").write_text(str(pid))
-        setting = _setting(tenant)
-        before = box.threads()
-        agent = _start_demoted(tmp_path, box)
+        setting, before, agent = _tenant_weighed_down(tmp_path, box, tenant)
         try:
-            wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
             wait_for(lambda: agent.preempt().get("demoted_cgroups"), "status.json says so", agent)
             assert agent.preempt()["demoted_cgroups"] == ["/hostd-test-tenant"]
             status = hostd("status", "--run-dir", str(agent.run)).stdout
@@ -415,12 +426,7 @@ def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_p
 
 def test_kill_9_then_restore_gives_the_cgroup_its_weight_back(tmp_path, tenant):
     with Sandbox(tmp_path, ["job", "busy"], cpu=1) as box:
-        for pid in [box.pids["busy"], *box.kids("busy")]:
-            (tenant / "cgroup.procs").write_text(str(pid))
-        setting = _setting(tenant)
-        before = box.threads()
-        agent = _start_demoted(tmp_path, box)
-        wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
+        setting, before, agent = _tenant_weighed_down(tmp_path, box, tenant)
         agent.stop(signal.SIGKILL)
         out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         assert out.returncode == 0, out.stdout + out.stderr
