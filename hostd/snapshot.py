@@ -2,15 +2,23 @@
 
 ``take(host, policy)`` reads the topology and every thread through ``Host``, classifies them and
 keeps the classifier for explanations; ``Snapshot.plan()`` runs the pure planner on it. Called by
-the CLI, ``tools/golden_plans.py`` and the benchmarks; the agent (issue 3) builds on the same steps.
+the CLI, ``tools/golden_plans.py`` and the benchmarks.
+
+``compose`` is the one way a pass's plan is built from what was observed: ``hostd plan``,
+``hostd run`` (observe and enforce: ``Agent.pass_once``) and ``hostd demo`` all call it, with
+the same inputs, so what ``hostd plan`` prints is what ``hostd run`` applies. Whether real-time
+is allowed comes from the doctor's probe on a live host (as the agent has it); a fixture tree
+stands for a host where it is.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hostd.classify import Classified, Classifier
+from hostd.doctor import probe
 from hostd.host import Host
 from hostd.model.tasks import Task
 from hostd.model.topology import Topology
@@ -28,17 +36,55 @@ class Snapshot:
     tasks: list[Task]
     classifier: Classifier
     classified: list[Classified]
+    allow_rt: bool | None = None  # None: the doctor's probe on a live host, True on a fixture
 
     def plan(self) -> Plan:
-        """The plan for this snapshot; on a live host hostd's own process is left out."""
+        """The plan for this snapshot, as the agent would make it on this host; on a live host
+        hostd's own process is left out."""
+        if self.allow_rt is None:
+            self.allow_rt = probe(self.host).rt if self.host.live else True
         exclude = frozenset({os.getpid()}) if self.host.live else frozenset()
-        return plan(self.topology, self.classified, self.policy, exclude_pids=exclude)
+        return compose(
+            self.topology, self.classified, self.policy, allow_rt=self.allow_rt,
+            exclude_pids=exclude,
+        )  # fmt: skip
 
 
-def take(host: Host, policy: Policy, scope: list[int] | None = None) -> Snapshot:
-    """``scope``: only these processes and their descendants (None: every thread)."""
+def compose(
+    topology: Topology,
+    classified: Sequence[Classified],
+    policy: Policy,
+    *,
+    allow_rt: bool,
+    exclude_pids: frozenset[int],
+    base_affinity: Mapping[tuple[int, int], frozenset[int]] | None = None,
+    demoted_sessions: frozenset[int] = frozenset(),
+    runaways: frozenset[tuple[int, int]] = frozenset(),
+) -> Plan:
+    """The plan of one pass. ``allow_rt``: the host allows real-time (``Capabilities.rt``);
+    ``base_affinity``: the affinities hostd's journal holds as originals; ``demoted_sessions``
+    and ``runaways``: what the agent's watch decided (none outside the agent)."""
+    return plan(
+        topology,
+        classified,
+        policy,
+        base_affinity=base_affinity,
+        exclude_pids=exclude_pids,
+        allow_rt=allow_rt,
+        demoted_sessions=demoted_sessions,
+        runaways=runaways,
+    )
+
+
+def take(
+    host: Host, policy: Policy, scope: list[int] | None = None, *, allow_rt: bool | None = None
+) -> Snapshot:
+    """``scope``: only these processes and their descendants (None: every thread).
+    ``allow_rt``: None asks the doctor's probe on a live host when a plan is made (True on a
+    fixture tree)."""
     topo = read_topology(host)
     pids = descendants(host, scope) if scope is not None else None
     tasks = scan(host, read_fds=policy.needs_fds, pids=pids)
     classifier = Classifier(policy)
-    return Snapshot(host, policy, topo, tasks, classifier, classifier.classify_all(tasks))
+    classified = classifier.classify_all(tasks)
+    return Snapshot(host, policy, topo, tasks, classifier, classified, allow_rt)
