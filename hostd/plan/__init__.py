@@ -1,6 +1,9 @@
 """The pure planner: topology + classified threads + policy -> one frozen, sorted ``Plan``.
 
-``plan()`` does no I/O. Its decisions, each documented where it is made:
+``plan()`` does no I/O. It composes the concerns, each in a module of its own: ``cpus`` (CPUs
+per layer), ``threads`` (per-thread decisions, ``TaskPlanner``), ``irq``, ``cpufreq``, ``numa``
+(GPU-local nodes) and ``values`` (the ``Plan`` value). Its decisions, each documented where it
+is made:
 
 * **CPUs per layer.** Layers of kind ``confined``/``grouped`` get CPUs of their own, in policy
   order, within their ``cpus.min``/``cpus.max`` (fractions are of the online CPUs). Without
@@ -44,316 +47,50 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
 
 from hostd.classify import Classified
-from hostd.model.cpus import CPUSET_ROOT, format_cpulist, home_of, v2_group
-from hostd.model.tasks import Process
+from hostd.model.cpus import CPUSET_ROOT, home_of, v2_group
 from hostd.model.topology import Topology
-from hostd.policy import CpuAmount, Layer, Policy
+from hostd.plan.cpufreq import plan_cpufreq
+from hostd.plan.cpus import _Allocator, _split, layer_want, pool_reserve, smt_width_of
+from hostd.plan.irq import plan_irqs
+from hostd.plan.numa import _target_node, process_gpu_nodes
+from hostd.plan.threads import TaskPlanner, may_touch
+from hostd.plan.values import (
+    NORMAL_POLICIES,
+    PLAN_FORMAT,
+    CpuFreqPlan,
+    CpusetPlan,
+    IrqPlan,
+    LayerPlan,
+    NumaPlan,
+    Plan,
+    TaskPlan,
+)
+from hostd.policy import Policy
 
-PLAN_FORMAT = 1
-NORMAL_POLICIES = (0, 3, 5)  # SCHED_OTHER, SCHED_BATCH, SCHED_IDLE (include/uapi/linux/sched.h)
-_MISSING = object()
-
-
-@dataclass(frozen=True, slots=True)
-class LayerPlan:
-    name: str
-    kind: str
-    cpus: frozenset[int]  # CPUs of its own (empty for open layers and layers that got none)
-    mems: frozenset[int]  # NUMA nodes of those CPUs
-    threads: int
-    wanted: int
-    notes: tuple[str, ...] = ()
-
-
-class TaskPlan(NamedTuple):
-    """One thread's decisions (a NamedTuple: built up to 100k times a pass)."""
-
-    tid: int
-    start_time: int
-    pid: int
-    comm: str
-    layer: str
-    affinity: frozenset[int] | None  # None: leave the thread's own affinity
-    policy: str | None  # None: leave its scheduling policy
-    priority: int | None
-    nice: int | None
-    reset_on_fork: bool
-    node: int | None  # the NUMA node its process is placed on
-    cpuset: str | None = None  # the cpuset cgroup it goes in ("/hostd/<layer>", "G/hostd.<layer>")
-    group_nice: int | None = None  # its session's autogroup nice (session leaders only)
-
-
-@dataclass(frozen=True, slots=True)
-class CpusetPlan:
-    """A hostd-owned cpuset cgroup (v1 ``/hostd/<layer>``, v2 ``G/hostd.<layer>``): the CPUs
-    its threads may use."""
-
-    layer: str
-    path: str
-    cpus: frozenset[int]
-    mems: frozenset[int]
+__all__ = [
+    "NORMAL_POLICIES",
+    "PLAN_FORMAT",
+    "CpuFreqPlan",
+    "CpusetPlan",
+    "IrqPlan",
+    "LayerPlan",
+    "NumaPlan",
+    "Plan",
+    "TaskPlan",
+    "TaskPlanner",
+    "layer_want",
+    "may_touch",
+    "plan",
+    "pool_reserve",
+    "process_gpu_nodes",
+    "smt_width_of",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class IrqPlan:
-    irq: int
-    name: str
-    affinity: frozenset[int]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CpuFreqPlan:
-    cpu: int
-    layer: str
-    governor: str | None
-    min_freq: int | None  # kHz
-    epp: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class NumaPlan:
-    pid: int
-    start_time: int
-    comm: str
-    layer: str
-    node: int
-    method: str = "move_pages"  # or "migrate_pages": the layer's numa_migrate
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    policy: str
-    policy_sha256: str
-    mode: str
-    online: frozenset[int]
-    pool: frozenset[int]
-    layers: tuple[LayerPlan, ...]
-    tasks: tuple[TaskPlan, ...]
-    irqs: tuple[IrqPlan, ...]
-    cpufreq: tuple[CpuFreqPlan, ...]
-    numa: tuple[NumaPlan, ...]
-    cpusets: tuple[CpusetPlan, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-    demoted: tuple[int, ...] = ()  # sessions whose preemptible threads yield (hostd.preempt)
-
-    def layer(self, name: str) -> LayerPlan:
-        return next(lp for lp in self.layers if lp.name == name)
-
-    def to_json(self) -> dict:
-        """A plain, stable dict (CPU sets as cpulist strings); what ``hostd plan --json`` prints."""
-        return {
-            "format": PLAN_FORMAT,
-            "policy": self.policy,
-            "policy_sha256": self.policy_sha256,
-            "mode": self.mode,
-            "online": format_cpulist(self.online),
-            "pool": format_cpulist(self.pool),
-            "layers": [
-                {
-                    "name": lp.name,
-                    "kind": lp.kind,
-                    "cpus": format_cpulist(lp.cpus),
-                    "mems": format_cpulist(lp.mems),
-                    "threads": lp.threads,
-                    "wanted": lp.wanted,
-                    "notes": list(lp.notes),
-                }
-                for lp in self.layers
-            ],
-            "tasks": [
-                {
-                    "tid": tp.tid,
-                    "start_time": tp.start_time,
-                    "pid": tp.pid,
-                    "comm": tp.comm,
-                    "layer": tp.layer,
-                    "affinity": None if tp.affinity is None else format_cpulist(tp.affinity),
-                    "policy": tp.policy,
-                    "priority": tp.priority,
-                    "nice": tp.nice,
-                    "reset_on_fork": tp.reset_on_fork,
-                    "node": tp.node,
-                    "cpuset": tp.cpuset,
-                    "group_nice": tp.group_nice,
-                }
-                for tp in self.tasks
-            ],
-            "cpusets": [
-                {
-                    "layer": cs.layer,
-                    "path": cs.path,
-                    "cpus": format_cpulist(cs.cpus),
-                    "mems": format_cpulist(cs.mems),
-                }
-                for cs in self.cpusets
-            ],
-            "irqs": [
-                {
-                    "irq": ip.irq,
-                    "name": ip.name,
-                    "affinity": format_cpulist(ip.affinity),
-                    "reason": ip.reason,
-                }
-                for ip in self.irqs
-            ],
-            "cpufreq": [
-                {
-                    "cpu": cp.cpu,
-                    "layer": cp.layer,
-                    "governor": cp.governor,
-                    "min_freq": cp.min_freq,
-                    "epp": cp.epp,
-                }
-                for cp in self.cpufreq
-            ],
-            "numa": [
-                {
-                    "pid": np_.pid,
-                    "start_time": np_.start_time,
-                    "comm": np_.comm,
-                    "layer": np_.layer,
-                    "node": np_.node,
-                    "method": np_.method,
-                }
-                for np_ in self.numa
-            ],
-            "notes": list(self.notes),
-            "demoted_sessions": list(self.demoted),
-        }
-
-
-# -- helpers -------------------------------------------------------------------------------------
-def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
-    """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN or renderD minor)."""
-    nodes = []
-    for minor in proc.nvidia_minors:
-        gpu = topo.gpu_by_minor("nvidia", minor)
-        if gpu is not None and gpu.node is not None:
-            nodes.append(gpu.node)
-    if "/dev/kfd" in proc.gpu_devices:
-        for dev in proc.gpu_devices:
-            if dev.startswith("/dev/dri/renderD") and dev[16:].isdigit():
-                gpu = topo.gpu_by_minor("amd", int(dev[16:]))
-                if gpu is not None and gpu.node is not None:
-                    nodes.append(gpu.node)
-    return tuple(nodes)
-
-
-def _target_node(topo: Topology, proc: Process) -> int | None:
-    """The node most of the process's GPUs sit on (lowest id on a tie)."""
-    nodes = process_gpu_nodes(topo, proc)
-    if not nodes:
-        return None
-    counts = Counter(nodes)
-    return min(counts, key=lambda n: (-counts[n], n))
-
-
-def _split(total: int, weights: Mapping[int, int]) -> dict[int, int]:
-    """Split ``total`` over keys proportionally to ``weights`` (largest remainder, stable)."""
-    weight_sum = sum(weights.values())
-    if weight_sum <= 0 or total <= 0:
-        return {k: 0 for k in weights}
-    exact = {k: total * w / weight_sum for k, w in weights.items()}
-    shares = {k: int(v) for k, v in exact.items()}
-    left = total - sum(shares.values())
-    for k in sorted(exact, key=lambda k: (-(exact[k] - shares[k]), k))[:left]:
-        shares[k] += 1
-    return shares
-
-
-class _Allocator:
-    """Hands out free CPUs core by core, from the top of each node down."""
-
-    def __init__(self, topo: Topology) -> None:
-        self.topo = topo
-        self.free = set(topo.cpus)
-
-    def cores_of(self, node: int) -> list[list[int]]:
-        """Free CPUs of ``node`` grouped by core; best candidates first.
-
-        Cores are ordered by LLC then core id, both descending; the core holding CPU 0 goes last.
-        """
-        groups: dict[int, list[int]] = {}
-        for cpu_id in sorted(self.free):
-            cpu = self.topo.cpus[cpu_id]
-            if cpu.node == node:
-                groups.setdefault(cpu.core, []).append(cpu_id)
-        order = sorted(
-            groups,
-            key=lambda core: (
-                0 in self.topo.cpus[core].siblings,
-                -self.topo.cpus[core].llc,
-                -core,
-            ),
-        )
-        return [groups[c] for c in order]
-
-    def free_on(self, node: int) -> int:
-        return sum(1 for c in self.free if self.topo.cpus[c].node == node)
-
-    def take(self, node: int, count: int, whole_cores: bool) -> set[int]:
-        taken: set[int] = set()
-        for core in self.cores_of(node):
-            need = count - len(taken)
-            if need <= 0:
-                break
-            if len(core) <= need or not whole_cores:
-                part = core if len(core) <= need else core[:need]
-                taken.update(part)
-            elif whole_cores:
-                break  # a latency layer does not share a core with another layer
-        self.free -= taken
-        return taken
-
-
-def _demand(layer: Layer, members: int, stats: Mapping[str, float] | None) -> int:
-    if stats is not None and layer.name in stats:
-        return max(1, math.ceil(stats[layer.name] * 1.25)) if members else 0
-    return members
-
-
-def layer_want(
-    layer: Layer,
-    members: int,
-    total: int,
-    smt_width: int,
-    stats: Mapping[str, float] | None = None,
-) -> int:
-    """How many CPUs a confined/grouped layer with ``members`` threads asks for (before what
-    is left limits it). The agent compares this with the plan's ``wanted`` after events: a
-    change means the layer's CPUs should be re-planned."""
-    if not members:
-        return 0
-    hi = layer.cpus_max.resolve(total)
-    if layer.cpus_max.fraction is not None:
-        hi = max(hi, 1)
-    want = min(max(_demand(layer, members, stats), layer.cpus_min.resolve(total)), hi)
-    if want and layer.latency and smt_width > 1:
-        want = min(math.ceil(want / smt_width) * smt_width, max(hi, smt_width))
-    return want
-
-
-def pool_reserve(total: int, pool_min: CpuAmount | None = None) -> int:
-    """CPUs that always stay in the shared pool: the policy's ``pool_min`` (at least 1), else a
-    quarter of them and at least 2."""
-    if pool_min is not None:
-        return max(1, pool_min.resolve(total))
-    return max(2, math.ceil(total / 4))
-
-
-def smt_width_of(topo: Topology) -> int:
-    return max((len(c.siblings) for c in topo.cpus.values()), default=1)
-
-
-# -- the planner -------------------------------------------------------------------------------
 def plan(
     topo: Topology,
     classified: Sequence[Classified],
@@ -509,54 +246,8 @@ def plan(
         notes.append(f"layer {name!r}: {count} threads over its real-time cap get nice -20")
     task_plans.sort(key=lambda tp: (tp.tid, tp.start_time))
 
-    # IRQs.
-    avoid = frozenset().union(
-        *(layer_cpus.get(ly.name, frozenset()) for ly in policy.layers if ly.irqs == "avoid")
-    )
-    nic_of_irq = {irq: nic for nic in topo.nics for irq in nic.irqs}
-    irq_plans: list[IrqPlan] = []
-    for irq in topo.irqs:
-        nic = nic_of_irq.get(irq.irq)
-        if nic is not None and nic.node is not None:
-            target = nic.local_cpus - avoid
-            reason = f"NIC {nic.name} on node {nic.node}"
-        elif avoid:
-            target = online - avoid
-            reason = "off the CPUs of irqs=avoid layers"
-        else:
-            continue  # no rule acts on this IRQ: hostd has no opinion
-        if not target:
-            target = online - avoid
-            reason += " (its node is all avoided: any non-avoided CPU)"
-        if not target:
-            notes.append(f"IRQ {irq.irq}: every CPU is avoided; left as it is")
-            continue
-        current = irq.affinity & online
-        desired = (current & target) or target
-        irq_plans.append(IrqPlan(irq.irq, irq.name, desired, reason))
-
-    # cpufreq.
-    freq_plans: list[CpuFreqPlan] = []
-    for layer in policy.layers:
-        if not (layer.governor or layer.min_freq or layer.epp):
-            continue
-        for cpu_id in sorted(layer_cpus.get(layer.name, ())):
-            freq = topo.cpus[cpu_id].freq
-            if freq is None:
-                continue
-            governor = layer.governor
-            if governor and governor not in freq.available_governors:
-                notes.append(
-                    f"cpu{cpu_id}: governor {governor!r} not offered "
-                    f"({' '.join(freq.available_governors) or 'none'})"
-                )
-                governor = None
-            floor = _min_freq(layer.min_freq, freq.hw_min_freq, freq.hw_max_freq)
-            epp = layer.epp
-            if epp and (freq.epp is None or (epp != "default" and epp not in freq.available_epp)):
-                epp = None
-            if governor or floor or epp:
-                freq_plans.append(CpuFreqPlan(cpu_id, layer.name, governor, floor, epp))
+    irq_plans = plan_irqs(topo, policy, layer_cpus, notes)
+    freq_plans = plan_cpufreq(topo, policy, layer_cpus, notes)
 
     if topo.cgroup.cpuset == "none":
         notes.append("no usable cpuset controller: layers are enforced by thread affinity only")
@@ -576,226 +267,3 @@ def plan(
         notes=tuple(notes),
         demoted=tuple(sorted(demoted_sessions)),
     )
-
-
-def may_touch(item: Classified, layers: Mapping[str, Layer], exclude_pids: frozenset[int]) -> bool:
-    """Whether hostd may change this thread: never itself, and a kernel thread only when the
-    AND-group that matched it says ``is_kthread = true``."""
-    task = item.task
-    if task.pid in exclude_pids:
-        return False
-    if task.is_kthread:
-        group = layers[item.layer].match[item.group]
-        return any(p.name == "is_kthread" and p.value is True and not p.negate for p in group)
-    return True
-
-
-class TaskPlanner:
-    """Per-thread decisions, given the CPUs each layer got.
-
-    ``plan()`` runs it over every thread; the agent keeps one per full plan (``for_plan``) and
-    runs it over just the threads an event concerns, so a new or renamed thread is decided in
-    microseconds without re-planning the host. It remembers which threads hold a real-time slot
-    (the per-layer cap) and which processes already have a NUMA target.
-    """
-
-    def __init__(
-        self,
-        topo: Topology,
-        policy: Policy,
-        layer_cpus: Mapping[str, frozenset[int]],
-        pool: frozenset[int],
-        cpusets: Iterable[CpusetPlan],
-        *,
-        allow_rt: bool,
-        exclude_pids: frozenset[int] = frozenset(),
-        demoted: frozenset[int] | set[int] = frozenset(),
-        runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
-    ) -> None:
-        self.topo = topo
-        self.layers = {ly.name: ly for ly in policy.layers}
-        self.preemptible = policy.preemptible
-        self.session_nice = policy.preempt.session_nice
-        self.demoted = set(demoted)  # sessions whose preemptible threads are SCHED_IDLE
-        self.runaways = set(runaways)  # real-time threads that kept a CPU busy too long
-        self.layer_cpus = dict(layer_cpus)
-        self.pool = pool
-        self.v2 = topo.cgroup.cpuset == "v2"
-        self.groups = {cs.path: cs for cs in cpusets}  # hostd's cpuset cgroups by path
-        self.cpusets = {cs.layer: cs for cs in self.groups.values()}  # a layer's (any one)
-        self.allow_rt = allow_rt
-        self.exclude_pids = exclude_pids
-        self.multi_node = len(topo.nodes) > 1
-        self.node_cpus = {nid: node.cpus for nid, node in topo.nodes.items()}
-        self.targets: dict[int, int | None] = {}  # pid -> NUMA node of its GPUs
-        self.numa_done: set[int] = set()  # pids that have their NumaPlan
-        self.cpuset_pids: set[int] = set()  # processes with threads in hostd's cpusets
-        self.rt_holders: dict[str, set[tuple[int, int]]] = {}
-        self.rt_capped: Counter[str] = Counter()
-        # The affinity depends only on (layer, node, base affinity): memoized, since at 100k
-        # threads most share all three.
-        self._memo: dict[tuple, frozenset[int] | None] = {}
-
-    @classmethod
-    def for_plan(
-        cls,
-        the_plan: Plan,
-        topo: Topology,
-        policy: Policy,
-        *,
-        allow_rt: bool,
-        exclude_pids: frozenset[int] = frozenset(),
-        runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
-    ) -> TaskPlanner:
-        """The planner that made ``the_plan``, rebuilt from it (with its RT slots taken)."""
-        planner = cls(
-            topo,
-            policy,
-            {lp.name: lp.cpus for lp in the_plan.layers},
-            the_plan.pool,
-            the_plan.cpusets,
-            allow_rt=allow_rt,
-            exclude_pids=exclude_pids,
-            demoted=frozenset(the_plan.demoted),
-            runaways=runaways,
-        )
-        for tp in the_plan.tasks:
-            if tp.cpuset is not None:
-                planner.cpuset_pids.add(tp.pid)
-            if tp.policy in ("fifo", "rr"):
-                planner.rt_holders.setdefault(tp.layer, set()).add((tp.tid, tp.start_time))
-        for np_ in the_plan.numa:
-            planner.targets[np_.pid] = np_.node
-            planner.numa_done.add(np_.pid)
-        return planner
-
-    def forget(self, key: tuple[int, int], pid: int | None = None) -> None:
-        """A thread exited (and, with ``pid``, its whole process): free what it held."""
-        for holders in self.rt_holders.values():
-            holders.discard(key)
-        if pid is not None:
-            self.targets.pop(pid, None)
-            self.numa_done.discard(pid)
-            self.cpuset_pids.discard(pid)
-
-    def decide(
-        self, item: Classified, base: frozenset[int] | None = None
-    ) -> tuple[TaskPlan | None, NumaPlan | None]:
-        """The thread's plan (None: nothing to decide) and, the first time its process is seen
-        with a NUMA target, the process's NumaPlan. ``base``: its affinity before hostd."""
-        task, layer = item.task, self.layers[item.layer]
-        own = self.layer_cpus.get(layer.name, frozenset())
-        pool = self.pool
-        if layer.kind == "open" or not own:
-            allowed = pool
-        elif layer.kind == "confined":
-            allowed = own
-        else:
-            allowed = own | pool
-        # A process with a thread in a gpu-local layer has a target node, and all its threads
-        # (its comm threads too, whatever their layer) follow it there.
-        node = numa = None
-        pid = task.pid
-        if self.multi_node:
-            if pid not in self.targets and layer.numa == "gpu-local":
-                self.targets[pid] = _target_node(self.topo, task.process)
-            node = self.targets.get(pid)
-            if node is not None and pid not in self.numa_done:
-                self.numa_done.add(pid)
-                numa = NumaPlan(
-                    pid, task.process.start_time, task.process.comm, layer.name, node,
-                    layer.numa_migrate,
-                )  # fmt: skip
-        if base is None:
-            base = task.affinity
-        memo_key = (layer.name, node, base)
-        affinity = self._memo.get(memo_key, _MISSING)
-        if affinity is _MISSING:
-            if node is not None:
-                allowed = (allowed & self.node_cpus[node]) or allowed
-            desired = (allowed & base) or allowed
-            affinity = self._memo[memo_key] = None if desired == base else desired
-        # cpusets: v1, only threads in the root cpuset or in one of hostd's (never steal from
-        # docker/k8s); v2, the layer's threaded child of the thread's own cgroup, once the full
-        # plan made it. A thread is created in its creator's cpuset, so in a process hostd
-        # placed in a cpuset, a thread whose layer has none is explicitly wanted back home.
-        current = task.process.cpuset
-        home = home_of(current)
-        cs = self.cpusets.get(layer.name)
-        cpuset = None
-        if cs is not None and self.v2 and current:
-            path = v2_group(home, layer.name)
-            cpuset = path if path in self.groups else None
-        elif cs is not None and home == "/":
-            cpuset = cs.path
-        if cpuset is not None:
-            self.cpuset_pids.add(pid)
-        elif current != home or (pid in self.cpuset_pids and (self.v2 or home == "/")):
-            cpuset = home
-            self.cpuset_pids.add(pid)
-        sched = layer.sched
-        sched_policy, priority, nice = sched.policy, sched.priority, sched.nice
-        reset = sched.reset_on_fork if sched.realtime else False
-        if sched.realtime:
-            holders = self.rt_holders.setdefault(layer.name, set())
-            cap = sched.max_rt_threads or 16 * len(allowed)
-            if task.key in holders:
-                pass
-            elif not self.allow_rt or len(holders) >= cap:
-                if self.allow_rt:
-                    self.rt_capped[layer.name] += 1
-                sched_policy, priority, nice, reset = "other", None, -20, False
-            else:
-                holders.add(task.key)
-        if sched.realtime and task.key in self.runaways:
-            # It kept a CPU busy as real-time for too long (hostd.preempt): normal scheduling.
-            sched_policy, priority, nice, reset = "other", None, -20, False
-        demoted = task.process.session in self.demoted
-        if demoted and layer.name in self.preemptible and task.policy in NORMAL_POLICIES:
-            # Only threads of the normal classes yield: another's real-time or deadline thread
-            # keeps what its owner chose.
-            sched_policy, priority, reset = "idle", None, False
-        group_nice = None
-        if self.topo.autogroup and task.tid == task.pid == task.process.session:
-            if demoted and self.session_nice is not None:
-                group_nice = self.session_nice
-            elif sched.group_nice is not None:
-                group_nice = sched.group_nice
-        if (
-            affinity is None
-            and node is None
-            and cpuset is None
-            and group_nice is None
-            and not (sched_policy or nice)
-        ):
-            return None, numa  # nothing to decide for this thread: small plans at 100k threads
-        return (
-            TaskPlan(
-                tid=task.tid,
-                start_time=task.start_time,
-                pid=task.pid,
-                comm=task.comm,
-                layer=layer.name,
-                affinity=affinity,
-                policy=sched_policy,
-                priority=priority,
-                nice=nice,
-                reset_on_fork=reset,
-                node=node,
-                cpuset=cpuset,
-                group_nice=group_nice,
-            ),
-            numa,
-        )
-
-
-def _min_freq(spec: str | None, hw_min: int | None, hw_max: int | None) -> int | None:
-    if spec is None or hw_max is None:
-        return None
-    if spec == "max":
-        value = hw_max
-    elif spec.endswith("%"):
-        value = hw_max * int(spec[:-1]) // 100
-    else:
-        value = int(spec)
-    return max(hw_min or 0, min(value, hw_max))

@@ -1,0 +1,33 @@
+"""NUMA targets: which node a process of a ``gpu-local`` layer belongs on (its GPUs' nodes)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hostd.model.tasks import Process
+from hostd.model.topology import Topology
+
+
+def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
+    """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN or renderD minor)."""
+    nodes = []
+    for minor in proc.nvidia_minors:
+        gpu = topo.gpu_by_minor("nvidia", minor)
+        if gpu is not None and gpu.node is not None:
+            nodes.append(gpu.node)
+    if "/dev/kfd" in proc.gpu_devices:
+        for dev in proc.gpu_devices:
+            if dev.startswith("/dev/dri/renderD") and dev[16:].isdigit():
+                gpu = topo.gpu_by_minor("amd", int(dev[16:]))
+                if gpu is not None and gpu.node is not None:
+                    nodes.append(gpu.node)
+    return tuple(nodes)
+
+
+def _target_node(topo: Topology, proc: Process) -> int | None:
+    """The node most of the process's GPUs sit on (lowest id on a tie)."""
+    nodes = process_gpu_nodes(topo, proc)
+    if not nodes:
+        return None
+    counts = Counter(nodes)
+    return min(counts, key=lambda n: (-counts[n], n))
