@@ -13,115 +13,46 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hostd.model.tasks import GPU_DEVICE_PREFIXES, Task
-from hostd.policy import MATCH_CHARS, Layer, Policy, Predicate
+from hostd.model.predicates import PREDICATES
+from hostd.model.tasks import Task
+from hostd.policy import Layer, Policy, Predicate
 
 Test = Callable[[Task], bool]
 
 
 def _actual(name: str, task: Task) -> object:
     """The value of the thread that predicate ``name`` looks at (for explanations)."""
-    proc = task.process
-    return {
-        "comm_prefix": task.comm,
-        "comm_regex": task.comm,
-        "pcomm_prefix": proc.comm,
-        "parent_comm_prefix": proc.parent_comm,
-        "cgroup_prefix": proc.cgroup,
-        "cgroup_suffix": proc.cgroup,
-        "cgroup_contains": proc.cgroup,
-        "cgroup_regex": proc.cgroup,
-        "cmdline_regex": proc.cmdline,
-        "exe": proc.exe,
-        "uid": task.uid,
-        "gid": task.gid,
-        "nice_above": task.nice,
-        "nice_below": task.nice,
-        "is_group_leader": task.is_leader,
-        "is_kthread": task.is_kthread,
-        "gpu": [d for d in proc.gpu_devices if d.startswith(GPU_DEVICE_PREFIXES)] or False,
-        "nvml_gpu_process": proc.nvml,
-        "session_leader": proc.session_leader,
-    }[name]
-
-
-_ACTUAL_LABEL = {
-    "comm_prefix": "comm",
-    "comm_regex": "comm",
-    "pcomm_prefix": "leader comm",
-    "parent_comm_prefix": "parent comm",
-    "cgroup_prefix": "cgroup",
-    "cgroup_suffix": "cgroup",
-    "cgroup_contains": "cgroup",
-    "cgroup_regex": "cgroup",
-    "cmdline_regex": "cmdline",
-    "exe": "exe",
-    "uid": "uid",
-    "gid": "gid",
-    "nice_above": "nice",
-    "nice_below": "nice",
-    "is_group_leader": "is group leader",
-    "is_kthread": "is kernel thread",
-    "gpu": "GPU devices open",
-    "nvml_gpu_process": "in NVML's GPU process list",
-    "session_leader": "its process leads its session",
-}
+    spec = PREDICATES[name]
+    return (spec.shown or spec.fact)(task)
 
 
 def _compile(pred: Predicate) -> Test:
-    name, value = pred.name, pred.value
+    """A plain test of a thread for the predicate (``hostd.model.predicates`` says what it
+    reads and how it tests)."""
+    spec, value = PREDICATES[pred.name], pred.value
+    fact, how = spec.fact, spec.test
     test: Test
-    if name in ("comm_prefix", "pcomm_prefix", "parent_comm_prefix"):
+    if how == "prefix":
         prefixes = tuple(value)  # type: ignore[arg-type]
-        if name == "comm_prefix":
-            test = lambda t: t.comm.startswith(prefixes)  # noqa: E731
-        elif name == "pcomm_prefix":
-            test = lambda t: t.process.comm.startswith(prefixes)  # noqa: E731
-        else:
-            test = lambda t: t.process.parent_comm.startswith(prefixes)  # noqa: E731
-    elif name == "cgroup_prefix":
-        prefixes = tuple(value)  # type: ignore[arg-type]
-        test = lambda t: t.process.cgroup.startswith(prefixes)  # noqa: E731
-    elif name == "cgroup_suffix":
+        test = lambda t: fact(t).startswith(prefixes)  # type: ignore[attr-defined] # noqa: E731
+    elif how == "suffix":
         suffixes = tuple(value)  # type: ignore[arg-type]
-        test = lambda t: t.process.cgroup.endswith(suffixes)  # noqa: E731
-    elif name == "cgroup_contains":
+        test = lambda t: fact(t).endswith(suffixes)  # type: ignore[attr-defined] # noqa: E731
+    elif how == "contains":
         parts = tuple(value)  # type: ignore[arg-type]
-        test = lambda t: any(p in t.process.cgroup for p in parts)  # noqa: E731
-    elif name in ("comm_regex", "cgroup_regex", "cmdline_regex"):
+        test = lambda t: any(p in fact(t) for p in parts)  # type: ignore[operator] # noqa: E731
+    elif how == "regex":
         search = re.compile(value).search  # type: ignore[arg-type]
-        if name == "comm_regex":
-            test = lambda t: search(t.comm) is not None  # noqa: E731
-        elif name == "cgroup_regex":
-            test = lambda t: search(t.process.cgroup) is not None  # noqa: E731
-        else:
-            # A user's cmdline can be long: the match sees its start (MATCH_CHARS), bounded.
-            test = lambda t: search(t.process.cmdline[:MATCH_CHARS]) is not None  # noqa: E731
-    elif name == "exe":
-        exes = frozenset(value)  # type: ignore[arg-type]
-        test = lambda t: t.process.exe in exes  # noqa: E731
-    elif name == "uid":
-        uids = frozenset(value)  # type: ignore[arg-type]
-        test = lambda t: t.uid in uids  # noqa: E731
-    elif name == "gid":
-        gids = frozenset(value)  # type: ignore[arg-type]
-        test = lambda t: t.gid in gids  # noqa: E731
-    elif name == "nice_above":
-        test = lambda t: t.nice > value  # noqa: E731
-    elif name == "nice_below":
-        test = lambda t: t.nice < value  # noqa: E731
-    elif name == "is_group_leader":
-        test = lambda t: t.is_leader is value  # noqa: E731
-    elif name == "is_kthread":
-        test = lambda t: t.is_kthread is value  # noqa: E731
-    elif name == "gpu":
-        test = lambda t: t.process.gpu is value  # noqa: E731
-    elif name == "nvml_gpu_process":
-        test = lambda t: t.process.nvml is value  # noqa: E731
-    elif name == "session_leader":
-        test = lambda t: t.process.session_leader is value  # noqa: E731
-    else:  # the policy validator admits only the names above
-        raise ValueError(f"unknown predicate {name!r}")
+        test = lambda t: search(fact(t)) is not None  # type: ignore[arg-type] # noqa: E731
+    elif how == "in":
+        members = frozenset(value)  # type: ignore[arg-type]
+        test = lambda t: fact(t) in members  # noqa: E731
+    elif how == "above":
+        test = lambda t: fact(t) > value  # type: ignore[operator] # noqa: E731
+    elif how == "below":
+        test = lambda t: fact(t) < value  # type: ignore[operator] # noqa: E731
+    else:  # "is": the policy validator admits only true or false
+        test = lambda t: fact(t) is value  # noqa: E731
     if pred.negate:
         inner = test
         return lambda t: not inner(t)
@@ -168,7 +99,7 @@ class Explanation:
                 continue
             out.append(f"layer {res.layer!r}: no match")
             for g in res.groups:
-                label = _ACTUAL_LABEL[g.failed.name] if g.failed else ""
+                label = PREDICATES[g.failed.name].label if g.failed else ""
                 out.append(
                     f"  group {g.index}: {g.failed.describe() if g.failed else '?'} failed "
                     f"({label} is {g.actual!r})"

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from hostd.model.predicates import PREDICATES as PREDICATE_SPECS
+
 try:  # the regular expression parser, for the limits (Python 3.11+; sre_parse before)
     from re import _parser as _sre_parser  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover
@@ -37,6 +39,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 DEFAULT_POLICY = "training.toml"
 KINDS = ("confined", "grouped", "open")
+
 SOURCES = ("auto", "events", "poll")
 SCHED_POLICIES = ("other", "batch", "idle", "fifo", "rr")
 RT_POLICIES = ("fifo", "rr")
@@ -46,38 +49,20 @@ GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative"
 EPP_VALUES = ("default", "performance", "balance_performance", "balance_power", "power")
 MODES = ("enforce", "observe")
 
-STRING_PREDICATES = (
-    "comm_prefix",
-    "pcomm_prefix",
-    "parent_comm_prefix",
-    "cgroup_prefix",
-    "cgroup_suffix",
-    "cgroup_contains",
-    "exe",
-)
-REGEX_PREDICATES = ("comm_regex", "cgroup_regex", "cmdline_regex")
-ID_PREDICATES = ("uid", "gid")
-NICE_PREDICATES = ("nice_above", "nice_below")
-BOOL_PREDICATES = ("is_group_leader", "is_kthread", "gpu", "nvml_gpu_process", "session_leader")
-PREDICATES = (
-    STRING_PREDICATES + REGEX_PREDICATES + ID_PREDICATES + NICE_PREDICATES + BOOL_PREDICATES
-)
-# Predicates any unprivileged user controls for their own threads: comm via prctl(PR_SET_NAME),
-# the cmdline via argv, the leader and parent comm likewise.
-USER_CONTROLLED = {
-    "exe",  # anyone can run /usr/bin/python3
-    "cgroup_suffix",  # users name cgroups in their delegated subtrees
-    "cgroup_contains",
-    "comm_prefix",
-    "comm_regex",
-    "pcomm_prefix",
-    "parent_comm_prefix",
-    "cmdline_regex",
-    "is_group_leader",
-    "session_leader",  # setsid(2)
-    "nice_above",
-    "nice_below",
-}
+
+# The predicates (hostd.model.predicates), grouped by the argument they take.
+def _taking(arg: str) -> tuple[str, ...]:
+    return tuple(name for name, spec in PREDICATE_SPECS.items() if spec.arg == arg)
+
+
+STRING_PREDICATES = _taking("strings")
+REGEX_PREDICATES = _taking("regex")
+ID_PREDICATES = _taking("ids")
+NICE_PREDICATES = _taking("nice")
+BOOL_PREDICATES = _taking("bool")
+PREDICATES = tuple(PREDICATE_SPECS)
+# Predicates any unprivileged user controls for their own threads (see the table).
+USER_CONTROLLED = frozenset(name for name, s in PREDICATE_SPECS.items() if s.user_controlled)
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -402,13 +387,14 @@ class _Checker:
                 or not all(isinstance(s, str) and s for s in items)
             ):
                 raise self.fail(sub, arg, "a non-empty string or a list of non-empty strings")
-            if name == "comm_prefix" or name == "pcomm_prefix" or name == "parent_comm_prefix":
+            rule = PREDICATE_SPECS[name].rule
+            if rule == "comm":
                 for s in items:
                     if len(s.encode()) > 15:
                         raise self.fail(
                             sub, s, "at most 15 bytes of UTF-8 (the kernel keeps 15 of a comm)"
                         )
-            if name in ("exe", "cgroup_prefix"):
+            if rule == "path":
                 for s in items:
                     if not s.startswith("/"):
                         raise self.fail(
@@ -821,8 +807,8 @@ def load_policy(path: str | Path) -> Policy:
 # must compile under limits and match in bounded time. Python's engine backtracks, so a
 # quantifier over something that can itself repeat or branch, "(a+)+$", "(a|aa)*", can take
 # exponential time on a crafted cmdline: such patterns are refused, and what they see is cut
-# to MATCH_CHARS.
-MAX_REGEX_CHARS, MAX_REGEX_DEPTH, MAX_REPEAT_COUNT, MATCH_CHARS = 512, 16, 1000, 4096
+# to MATCH_CHARS (hostd.model.predicates).
+MAX_REGEX_CHARS, MAX_REGEX_DEPTH, MAX_REPEAT_COUNT = 512, 16, 1000
 _REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
 
 

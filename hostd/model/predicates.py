@@ -1,0 +1,97 @@
+"""The predicates of a policy's ``match``: one table, read by the policy loader (which names
+exist, what argument each takes, which an unprivileged user controls), the classifier (what
+each tests) and ``hostd explain`` (which value of the thread it looked at, and its label).
+
+Adding a predicate means adding its row here (and its words in the policy docs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hostd.model.tasks import GPU_DEVICE_PREFIXES, Task
+
+# A user's cmdline can be long: a regex sees its start only, so a match stays bounded.
+MATCH_CHARS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PredicateSpec:
+    name: str
+    arg: str  # strings | regex | ids | nice | bool: what the policy gives it
+    test: str  # prefix | suffix | contains | regex | in | above | below | is
+    fact: Callable[[Task], object]  # the value of the thread it tests
+    label: str  # how an explanation names that value
+    user_controlled: bool  # any unprivileged user sets it for their own threads
+    rule: str = ""  # comm: at most 15 bytes (the kernel's comm); path: absolute
+    shown: Callable[[Task], object] | None = None  # what an explanation shows, if not ``fact``
+
+
+def _gpu_files(t: Task) -> object:
+    return [d for d in t.process.gpu_devices if d.startswith(GPU_DEVICE_PREFIXES)] or False
+
+
+_SPECS = (
+    # user_controlled: comm through prctl(PR_SET_NAME), the cmdline through argv, the leader's and
+    # parent's comm likewise; anyone can run /usr/bin/python3, name cgroups in a delegated
+    # subtree, call setsid(2) or raise their nice.
+    PredicateSpec("comm_prefix", "strings", "prefix", lambda t: t.comm, "comm", True, "comm"),
+    PredicateSpec(
+        "pcomm_prefix", "strings", "prefix", lambda t: t.process.comm, "leader comm", True, "comm"
+    ),
+    PredicateSpec(
+        "parent_comm_prefix",
+        "strings",
+        "prefix",
+        lambda t: t.process.parent_comm,
+        "parent comm",
+        True,
+        "comm",
+    ),
+    PredicateSpec(
+        "cgroup_prefix", "strings", "prefix", lambda t: t.process.cgroup, "cgroup", False, "path"
+    ),
+    PredicateSpec("cgroup_suffix", "strings", "suffix", lambda t: t.process.cgroup, "cgroup", True),
+    PredicateSpec(
+        "cgroup_contains", "strings", "contains", lambda t: t.process.cgroup, "cgroup", True
+    ),
+    PredicateSpec("exe", "strings", "in", lambda t: t.process.exe, "exe", True, "path"),
+    PredicateSpec("comm_regex", "regex", "regex", lambda t: t.comm, "comm", True),
+    PredicateSpec("cgroup_regex", "regex", "regex", lambda t: t.process.cgroup, "cgroup", False),
+    PredicateSpec(
+        "cmdline_regex",
+        "regex",
+        "regex",
+        lambda t: t.process.cmdline[:MATCH_CHARS],
+        "cmdline",
+        True,
+        shown=lambda t: t.process.cmdline,
+    ),
+    PredicateSpec("uid", "ids", "in", lambda t: t.uid, "uid", False),
+    PredicateSpec("gid", "ids", "in", lambda t: t.gid, "gid", False),
+    PredicateSpec("nice_above", "nice", "above", lambda t: t.nice, "nice", True),
+    PredicateSpec("nice_below", "nice", "below", lambda t: t.nice, "nice", True),
+    PredicateSpec("is_group_leader", "bool", "is", lambda t: t.is_leader, "is group leader", True),
+    PredicateSpec("is_kthread", "bool", "is", lambda t: t.is_kthread, "is kernel thread", False),
+    PredicateSpec(
+        "gpu", "bool", "is", lambda t: t.process.gpu, "GPU devices open", False, shown=_gpu_files
+    ),
+    PredicateSpec(
+        "nvml_gpu_process",
+        "bool",
+        "is",
+        lambda t: t.process.nvml,
+        "in NVML's GPU process list",
+        False,
+    ),
+    PredicateSpec(
+        "session_leader",
+        "bool",
+        "is",
+        lambda t: t.process.session_leader,
+        "its process leads its session",
+        True,
+    ),
+)
+PREDICATES: dict[str, PredicateSpec] = {p.name: p for p in _SPECS}
