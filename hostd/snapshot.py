@@ -4,17 +4,16 @@
 keeps the classifier for explanations; ``Snapshot.plan()`` runs the pure planner on it. Called by
 the CLI, ``tools/golden_plans.py`` and the benchmarks.
 
-``compose`` is the one way a pass's plan is built from what was observed: ``hostd plan``,
-``hostd run`` (observe and enforce: ``Agent.pass_once``) and ``hostd demo`` all call it, with
-the same inputs, so what ``hostd plan`` prints is what ``hostd run`` applies. Whether real-time
-is allowed comes from the doctor's probe on a live host (as the agent has it); a fixture tree
-stands for a host where it is.
+``hostd plan`` and ``hostd run`` (``Agent.pass_once``, observe and enforce; ``hostd demo`` runs
+the agent) build a pass's plan with the one pure ``plan()``, from the same inputs, so what
+``hostd plan`` prints is what ``hostd run`` applies: whether real-time is allowed comes from the
+doctor's probe on a live host, as the agent has it (a fixture tree stands for a host where it
+is).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hostd.classify import Classified, Classifier
@@ -44,36 +43,10 @@ class Snapshot:
         if self.allow_rt is None:
             self.allow_rt = probe(self.host).rt if self.host.live else True
         exclude = frozenset({os.getpid()}) if self.host.live else frozenset()
-        return compose(
+        return plan(
             self.topology, self.classified, self.policy, allow_rt=self.allow_rt,
             exclude_pids=exclude,
         )  # fmt: skip
-
-
-def compose(
-    topology: Topology,
-    classified: Sequence[Classified],
-    policy: Policy,
-    *,
-    allow_rt: bool,
-    exclude_pids: frozenset[int],
-    base_affinity: Mapping[tuple[int, int], frozenset[int]] | None = None,
-    demoted_sessions: frozenset[int] = frozenset(),
-    runaways: frozenset[tuple[int, int]] = frozenset(),
-) -> Plan:
-    """The plan of one pass. ``allow_rt``: the host allows real-time (``Capabilities.rt``);
-    ``base_affinity``: the affinities hostd's journal holds as originals; ``demoted_sessions``
-    and ``runaways``: what the agent's watch decided (none outside the agent)."""
-    return plan(
-        topology,
-        classified,
-        policy,
-        base_affinity=base_affinity,
-        exclude_pids=exclude_pids,
-        allow_rt=allow_rt,
-        demoted_sessions=demoted_sessions,
-        runaways=runaways,
-    )
 
 
 def take(

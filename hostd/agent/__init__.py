@@ -76,6 +76,7 @@ from hostd.plan import (
     TaskPlanner,
     layer_want,
     may_touch,
+    plan,
     smt_width_of,
 )
 from hostd.policy import Policy, PolicyError, insecure_reason, load_default, load_policy
@@ -88,7 +89,6 @@ from hostd.reconcile import (
     restore,
     task_records,
 )
-from hostd.snapshot import compose
 from hostd.statedir import (
     HOST_LOCK,
     Locked,
@@ -293,7 +293,7 @@ class Agent:
             for k in self.journal.recorded()
             if k.endswith("/affinity")
         }
-        self.plan = the_plan = compose(
+        self.plan = the_plan = plan(
             topo,
             classified,
             self.policy,

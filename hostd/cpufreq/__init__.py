@@ -16,8 +16,6 @@ import struct
 from hostd import knobs
 from hostd.host import Gone, Host
 
-FILES = ("scaling_governor", "scaling_min_freq", "energy_performance_preference")
-
 
 def _path(key: str) -> str:
     k = knobs.parse_key(key)

@@ -1,4 +1,4 @@
-"""cpuset cgroups for layers: v1 and v2, written through ``Host`` (its dry-run and errno mapping).
+"""cpuset cgroups for layers: v1 and v2, written through ``Host`` (unbuffered, errno mapped once).
 
 Mechanism (the planner's documented choice, see ``hostd.plan``): hostd never moves a process
 out of the cgroup it lives in, because on v2 that would change every controller of the process

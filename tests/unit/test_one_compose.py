@@ -1,7 +1,8 @@
-"""``hostd plan`` shows what ``hostd run`` does: both build a pass's plan through
-``hostd.snapshot.compose`` with the same inputs. Checked on the fixture hosts: the plan of an
-agent's full pass (observe mode: nothing is written) equals ``hostd plan``'s, JSON for JSON,
-with real-time allowed and refused (where refused, neither shows a real-time thread)."""
+"""``hostd plan`` shows what ``hostd run`` does: both build a pass's plan with ``plan()`` from
+the same inputs (real-time allowed or not, as the doctor's probe says). Checked on the fixture
+hosts: the plan of an agent's full pass (observe mode: nothing is written) equals ``hostd
+plan``'s, JSON for JSON, with real-time allowed and refused (where refused, neither shows a
+real-time thread)."""
 
 from __future__ import annotations
 
