@@ -67,11 +67,11 @@ def measure(threads: int, ticks: int) -> dict:
                 tick.append(time.perf_counter() - t0)
             procs = list(agent.cache.procs)
             for _ in range(max(1, ticks // 4)):
-                watcher._cpu.clear()  # every process counts as new ...
+                watcher.sampler.cpu.clear()  # every process counts as new ...
                 for pid in procs:  # ... and as having run: all its threads are sampled
-                    watcher._cpu[pid] = (agent.cache.procs[pid].start_time, -1)
+                    watcher.sampler.cpu[pid] = (agent.cache.procs[pid].start_time, -1)
                 t0 = time.perf_counter()
-                samples, *_ = watcher.sample(set())
+                samples, *_ = watcher.sampler.sample(set())
                 worst.append(time.perf_counter() - t0)
                 sampled = len(samples)
             return {

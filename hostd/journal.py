@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import stat
 import time
@@ -43,6 +44,8 @@ from pathlib import Path
 
 from hostd import __version__, knobkinds
 from hostd.knobs import Value, is_boot_bound
+
+log = logging.getLogger("hostd")
 
 JOURNAL_NAME = "journal.jsonl"
 _CHUNK = 4096  # lines encoded and written at a time
@@ -368,3 +371,25 @@ def _parse(raw: bytes) -> tuple[dict, None] | tuple[None, str]:
     if type(entry["time"]) not in (int, float) or entry["time"] != entry["time"]:
         return None, f"{key}: time {entry['time']!r} is not a number"
     return entry, None
+
+
+def open_checked(state_dir: Path, boot_id: str, policy_sha: str) -> Journal:
+    """The journal an agent may start on; JournalError says why not (a damaged file: an
+    agent started on it would take its own values for originals)."""
+    try:
+        journal = Journal(state_dir, boot_id, policy_sha)
+    except JournalError as exc:
+        raise JournalError(f"{exc}: `hostd restore` reports what it holds") from None
+    if journal.damaged:
+        number, why = journal.damaged[0]
+        raise JournalError(
+            f"{journal.path} is damaged ({len(journal.damaged)} unreadable line(s); line "
+            f"{number}: {why}): an agent started on it would take its own values for originals. "
+            "Run `hostd restore`: it restores every readable record and sets the file aside"
+        )
+    if journal.torn:
+        log.info("journal line=%d reason=cut-off-by-a-crash (never applied)", journal.torn)
+    if journal.dropped_old_boot:
+        n = journal.dropped_old_boot
+        log.info("journal dropped=%d reason=task-records-from-an-earlier-boot", n)
+    return journal

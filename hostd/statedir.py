@@ -85,6 +85,8 @@ def owned_file(path: str | Path) -> bool:
 
 
 HOST_LOCK = "/run/hostd.lock"
+DEFAULT_STATE_DIR = "/var/lib/hostd"  # the journal
+DEFAULT_RUN_DIR = "/run/hostd"  # pid, status and switch files
 
 
 class Locked(Exception):

@@ -220,6 +220,12 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     source = st.get("source") or {}
     if source:
         out.print(f"source {source.get('kind')}: {source.get('detail')}")
+    own = st.get("self") or {}
+    if own:
+        out.print(
+            f"the agent itself: {own['cpu_seconds']:.2f} CPU-s so far, "
+            f"{own['rss_bytes'] / 2**20:.0f} MiB resident"
+        )
     events = st.get("events") or {}
     if events.get("events"):
         out.print(

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 import hostd.preempt
-from hostd.agent import agent_pid, read_status
+from hostd.agent import DEFAULT_RUN_DIR, agent_pid, read_status
 from hostd.classify import Classified
 from hostd.cli.common import (
     JsonOpt,
@@ -116,7 +116,7 @@ def explain(
     root: str = RootOpt,
     as_json: bool = JsonOpt,
     run_dir: str = typer.Option(
-        "/run/hostd", "--run-dir", help="The running agent's folder (what it demoted, boosted)."
+        DEFAULT_RUN_DIR, "--run-dir", help="The running agent's folder (what it demoted, boosted)."
     ),
 ) -> None:
     """Say which AND-group of which layer matched a thread, and why earlier layers did not."""

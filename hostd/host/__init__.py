@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import re
 import stat
 from collections.abc import Iterator
-from types import ModuleType
 
 from hostd.host import syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
@@ -27,7 +27,7 @@ from hostd.host.parsers import parse_schedstat, parse_stat, parse_status, split_
 
 __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
 
-ThreadCalls = ModuleType  # hostd.host.syscalls: get/set affinity, sched, nice, move_pages
+from hostd.host.syscalls import ThreadCalls
 
 _PCI_ADDR = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _READ_CHUNK = 4096
@@ -37,8 +37,13 @@ _O_READ = os.O_RDONLY | os.O_CLOEXEC
 class Host:
     """Kernel state below ``root`` ("/" for the live machine, a folder for a fixture tree)."""
 
-    def __init__(self, root: str | os.PathLike[str] = "/") -> None:
+    def __init__(
+        self, root: str | os.PathLike[str] = "/", calls: ThreadCalls | None = None
+    ) -> None:
+        """``calls``: the per-thread system calls to use instead of the kernel's (a fake, so
+        that a fixture tree has threads to change: tests/fakes.py)."""
         root = os.fspath(root)
+        self._calls = calls
         self.root = root if root == "/" else os.path.abspath(root)
         self._prefix = "/" if self.root == "/" else self.root.rstrip("/") + "/"
         self._nvml: tuple[NvmlInfo | None, str] | None = None
@@ -210,12 +215,18 @@ class Host:
 
         Reads ``proc/TID/task/TID/stat``: for a thread that is not a group leader,
         ``proc/TID/stat`` is the whole group's file, which the kernel builds by walking every
-        thread (about 0.5 ms in a 5,000-thread process, against 10 us; BENCHMARKS.md).
+        thread (about 0.5 ms in a 5,000-thread process, against 10 us; BENCHMARKS.md). A fixture
+        tree has no ``proc/TID`` for a thread that leads no process (the kernel's are hidden
+        from listings, not absent): there it is found below its process.
         """
         if self._known_start is not None and tid in self._known_start:
             return self._known_start[tid]
+        rel = f"proc/{tid}/task/{tid}/stat"
+        if not self.live and not self.exists(f"proc/{tid}"):
+            found = glob.glob(self._prefix + f"proc/[0-9]*/task/{tid}/stat")
+            rel = found[0][len(self._prefix) :] if found else rel
         try:
-            text = self.read(f"proc/{tid}/task/{tid}/stat")
+            text = self.read(rel)
         except OSError:
             return None
         return None if text is None else parse_stat(text).start_time
@@ -277,10 +288,13 @@ class Host:
             os.close(task_dir)
 
     def threads(self) -> ThreadCalls:
-        """The per-thread system calls; only a live host has threads to call them on."""
+        """The per-thread system calls; only a live host (or one given calls) has threads to
+        call them on."""
+        if self._calls is not None:
+            return self._calls
         if not self.live:
             raise HostError(errno.EOPNOTSUPP, self.root, "a fixture tree has no live threads")
-        return syscalls
+        return syscalls  # type: ignore[return-value]  # the module offers ThreadCalls
 
     def ticks_now(self) -> int:
         """Clock ticks since boot now: the unit of a thread's start time (proc(5))."""

@@ -3,7 +3,8 @@
 Python's ``os`` module covers affinity, policies (with ``SCHED_RESET_ON_FORK``) and nice for a
 thread id; ``move_pages(2)`` and ``migrate_pages(2)`` go through ctypes. Every call turns errno
 into the domain errors of ``hostd.host.errors`` (ESRCH: the thread is gone). Called only through
-``hostd.host.Host``, which refuses them on fixture trees.
+``hostd.host.Host``, which refuses them on fixture trees unless it was given other calls:
+``ThreadCalls`` is what this module offers, for a fake to offer too (tests/fakes.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import ctypes
 import ctypes.util
 import os
 import platform
+from typing import Protocol
 
 from hostd.host.errors import HostError, from_oserror
 
@@ -25,6 +27,20 @@ POLICY_NUMBERS = {
 POLICY_NAMES = {v: k for k, v in POLICY_NUMBERS.items()}
 RESET_ON_FORK = os.SCHED_RESET_ON_FORK
 RT = (os.SCHED_FIFO, os.SCHED_RR)
+
+
+class ThreadCalls(Protocol):
+    """The per-thread calls (this module's functions, or a fake's methods)."""
+
+    def get_affinity(self, tid: int) -> frozenset[int]: ...
+    def set_affinity(self, tid: int, cpus: frozenset[int]) -> None: ...
+    def get_sched(self, tid: int) -> tuple[str, int, bool]: ...
+    def set_sched(self, tid: int, policy: str, priority: int, reset_on_fork: bool) -> None: ...
+    def get_nice(self, tid: int) -> int: ...
+    def set_nice(self, tid: int, nice: int) -> None: ...
+    def move_pages(self, pid: int, pages: list[int], node: int | None) -> list[int]: ...
+    def migrate_pages(self, pid: int, old: frozenset[int], new: frozenset[int]) -> int: ...
+
 
 # include/uapi/asm-generic/unistd.h and arch/x86/entry/syscalls/syscall_64.tbl
 _SYSCALLS = {

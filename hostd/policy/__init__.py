@@ -871,6 +871,23 @@ def _repeat_problem(items: object, inside: bool) -> str | None:
     return None
 
 
+def load_checked(path: str | None, allow_insecure: bool) -> Policy:
+    """The policy an agent runs (``None``: the embedded default), refusing one that a non-root
+    user could have written while hostd runs as root (raises PolicyError)."""
+    if path is None:
+        return load_default()
+    policy = load_policy(path)  # a missing, looping or non-regular file is said as such first
+    if os.geteuid() == 0 and not allow_insecure:
+        why = insecure_reason(path)
+        if why:
+            raise PolicyError.about_file(
+                str(path),
+                f"a policy only root can change ({why}); "
+                "pass --allow-insecure-policy to use it anyway",
+            )
+    return policy
+
+
 def insecure_reason(path: str | Path) -> str | None:
     """Why a policy file may not be trusted by a root agent, or None.
 

@@ -197,7 +197,7 @@ PREEMPTED = knobs.Spec(
     _sweep,
     _check_preempted,
     noun="demoted session (what its new threads inherited)",
-    apply_order=99,  # the agent writes it (hostd.agent.watch), never a pass
+    apply_order=99,  # the agent writes it (hostd.agent.demotion), never a pass
     restore_phase=-1,  # first: the threads' own records then put back their own originals
     agent_owned=True,
 )

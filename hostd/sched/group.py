@@ -11,7 +11,7 @@ competes as SCHED_IDLE; it measured best on both), else the least ``cpu.weight``
 Key ``cgroup/cpu/<path>``: ``<path>`` is the cgroup in the hierarchy of the cpu controller (the
 v1 ``cpu`` mount, else the v2 one). Value ``{"ino": N, "file": "cpu.idle", "value": 0}``: the
 cgroup's inode is the kernel's identity of it, so a write (a restore too) goes only to the very
-cgroup whose value was read, never to one made again under the same path. ``hostd.agent.watch``
+cgroup whose value was read, never to one made again under the same path. ``hostd.agent.weights``
 decides which cgroups (``hostd.preempt.why_group_kept``) and journals them; it never moves a
 process out of its cgroup.
 """
@@ -123,7 +123,7 @@ GROUP_CPU = knobs.Spec(
     write,
     check,
     noun="CPU weight of a demoted cgroup",
-    apply_order=99,  # the agent writes it (hostd.agent.watch), never a pass
+    apply_order=99,  # the agent writes it (hostd.agent.weights), never a pass
     agent_owned=True,
     check_key=_check_key,
 )

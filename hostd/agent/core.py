@@ -1,0 +1,215 @@
+"""The pass: observe -> classify -> plan -> diff -> journal -> apply, for the whole host or for
+the threads a batch of events names.
+
+``Agent`` holds the parts (``Incremental``, ``StatusFile``, ``Sources``, ``WatchLoop``) and runs
+the two passes; ``hostd.agent.loop`` runs them when they are due. Everything it reads and
+writes goes through its ``Host``: a fixture tree with fake thread calls runs a whole pass
+without root (tests/unit/test_agent_parts.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import hostd.sidecar
+from hostd import knobkinds, knobs
+from hostd.agent import loop
+from hostd.agent.events import Batch
+from hostd.agent.incremental import Incremental
+from hostd.agent.lock import AgentError
+from hostd.agent.sources import Sources
+from hostd.agent.status import StatusFile, document
+from hostd.agent.watch import WatchLoop
+from hostd.classify import Classifier
+from hostd.doctor import Capabilities, probe
+from hostd.host import Host
+from hostd.host.connector import Event
+from hostd.journal import JournalError, open_checked, read_boot_id
+from hostd.model.cpus import parse_cpulist
+from hostd.plan import Plan, TaskPlanner, plan
+from hostd.policy import PolicyError, load_checked
+from hostd.reconcile import Observed, PassReport, desired_state, reconcile, restore, task_records
+from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, UnsafeDir, open_dir, owned_file
+from hostd.tasks import TaskCache
+from hostd.topology import read_topology
+
+log = logging.getLogger("hostd")
+
+
+class Agent:
+    MAX_BATCH = 8192  # events handled per event pass; the rest wait for the next one
+
+    def __init__(
+        self,
+        host: Host,
+        policy_path: str | None,
+        *,
+        state_dir: str | Path = DEFAULT_STATE_DIR,
+        run_dir: str | Path = DEFAULT_RUN_DIR,
+        mode: str | None = None,
+        allow_insecure_policy: bool = False,
+        scope: list[int] | None = None,
+        sidecar: bool = False,
+    ) -> None:
+        self.host, self.sidecar, self.scope = host, sidecar, scope
+        self.policy_path, self.allow_insecure = policy_path, allow_insecure_policy
+        self.policy = load_checked(policy_path, allow_insecure_policy)
+        self.mode_override = mode
+        self.run_dir = Path(run_dir)
+        try:
+            os.close(open_dir(state_dir, 0o700))
+            self.journal = open_checked(Path(state_dir), read_boot_id(host), self.policy.sha256)
+        except (UnsafeDir, JournalError) as exc:
+            raise AgentError(str(exc)) from None
+        self.caps: Capabilities = probe(host)
+        self.unchangeable: set[str] = set()
+        self.passes = 0
+        self.latency_fd: int | None = None  # the C-state limit held (hostd.agent.loop)
+        pod = functools.partial(hostd.sidecar.scope, host) if sidecar and scope is None else None
+        self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=pod or scope)
+        self.classifier = Classifier(self.policy)
+        self.inc = Incremental(self.cache)
+        self.exclude = frozenset({os.getpid()})
+        self.sources = Sources()
+        self.status = StatusFile(self.run_dir)
+        self.full_cost = 0.0  # seconds the last full pass took
+        self.last_full = 0.0  # monotonic time it ended
+        self.counters: Counter[str] = Counter()
+        self.watcher = WatchLoop(self)
+
+    @property
+    def mode(self) -> str:
+        return self.mode_override or self.policy.mode
+
+    @property
+    def disabled(self) -> bool:
+        # Only a flag root could have made counts (the run dir is checked at start).
+        return owned_file(self.run_dir / "disabled")
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.inc.plan
+
+    @property
+    def planner(self) -> TaskPlanner | None:
+        return self.inc.planner
+
+    def run(self, once: bool = False) -> PassReport:
+        return loop.run(self, once)
+
+    def base_affinity(self, key: tuple[int, int]) -> frozenset[int] | None:
+        """The thread's affinity before hostd changed it (None: not changed)."""
+        k = knobs.task_key(key[0], key[1], "affinity")
+        return parse_cpulist(str(self.journal.original(k))) if k in self.journal else None
+
+    def pass_once(self, reason: str = "start") -> PassReport:
+        """A full pass: the topology and every thread read again, the whole plan applied."""
+        started = time.monotonic()
+        loop.hold_cstate(self, not self.disabled)
+        self.inc.clear()
+        if self.disabled:
+            self.watcher.reset()  # events change nothing while switched off (no planner)
+            report = restore(self.host, self.journal) if len(self.journal) else PassReport()
+            self.write_status(report, time.monotonic() - started, state="disabled")
+            self.last_full = time.monotonic()
+            return report
+        topo = read_topology(self.host)
+        tasks = self.cache.rescan()
+        classified = self.classifier.classify_all(tasks)
+        base = {
+            knobs.parse_task_key(k): parse_cpulist(str(self.journal.original(k)))
+            for k in self.journal.recorded()
+            if k.endswith("/affinity")
+        }
+        watch = self.watcher.watch
+        the_plan = plan(
+            topo, classified, self.policy, base_affinity=base, exclude_pids=self.exclude,
+            allow_rt=self.caps.rt, demoted_sessions=frozenset(watch.demoted),
+            runaways=frozenset(watch.runaways),
+        )  # fmt: skip
+        planner = TaskPlanner.for_plan(
+            the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude,
+            runaways=watch.runaways,
+        )  # fmt: skip
+        self.inc.start(topo, the_plan, planner, classified)
+        want = desired_state(the_plan, tasks)
+        report = self.reconcile(want, Observed(tasks), live_keys={t.key for t in tasks})
+        elapsed = time.monotonic() - started
+        self.full_cost, self.last_full = elapsed, time.monotonic()
+        self.counters["full_passes"] += 1
+        loop.log_pass(self, report, elapsed, reason)
+        self.write_status(report, elapsed, state="running")
+        return report
+
+    def event_pass(self, events: list[Event]) -> PassReport:
+        """Classify and apply just the threads these events concern."""
+        started = time.monotonic()
+        inc = self.inc
+        if inc.planner is None or inc.plan is None:
+            return PassReport()  # switched off, or no full pass yet
+        batch = Batch.of(events, os.getpid(), self.cache.in_scope)
+        exited, vanished, touched = inc.read(batch)
+        self.watcher.forget([t.key for t in exited + vanished])
+        if exited and self.mode == "enforce":  # close their journal records
+            self.journal.done(task_records(self.journal, [t.key for t in exited]))
+        items = inc.classify(touched.values(), self.classifier, self.exclude)
+        want = inc.decide(items, self.base_affinity)
+        with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
+            report = self.reconcile(
+                want, Observed(item.task for item in items), only=[i.task.key for i in items]
+            )
+        self.counters["events"] += batch.size
+        self.counters["event_passes"] += 1
+        self.counters.update(r.outcome for r in report.results)
+        inc.check_sizes(self.policy, self.last_full, self.full_cost)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
+                time.monotonic() - started,
+                " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())),
+            )  # fmt: skip
+        loop.log_problems(report)
+        return report
+
+    def join_cpusets(self, budget: int) -> None:
+        """Move up to ``budget`` threads that events placed into their layer's cpuset, then set
+        their affinity again (two steps: the affinity is read after the join)."""
+        for want in self.inc.take_joins(budget):
+            report = self.reconcile(want, {}, only=())
+            self.counters.update(r.outcome for r in report.results)
+            loop.log_problems(report)
+
+    def reconcile(self, want: dict, observed: Observed | dict, **kwargs: object) -> PassReport:
+        off = self.caps.disabled_kinds() | (
+            hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
+        )
+        if off:
+            want = {k: v for k, v in want.items() if knobkinds.kind_of(k) not in off}
+        journal = self.journal if self.mode == "enforce" else None
+        report = reconcile(
+            self.host, journal, want, observed, unchangeable=self.unchangeable,
+            inherited=self.watcher.inherited, **kwargs,
+        )  # fmt: skip
+        self.inc.note_applied(report)
+        return report
+
+    def reload(self) -> None:
+        try:
+            new = load_checked(self.policy_path, self.allow_insecure)
+        except PolicyError as exc:
+            log.warning("reload refused, keeping the running policy: %s", exc)
+            return
+        self.policy, self.classifier = new, Classifier(new)
+        self.watcher.configure(new)
+        self.cache.read_fds = new.needs_fds
+        self.journal.policy_sha = new.sha256
+        log.info("reload policy=%s sha256=%s", new.name, new.sha256[:12])
+
+    def write_status(self, report: PassReport, elapsed: float | None, state: str) -> None:
+        self.status.write(document(self, report, elapsed, state), self.counters)
+        self.watcher.changed = False

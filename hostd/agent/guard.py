@@ -1,0 +1,110 @@
+"""The starvation guard, applied: boosts for starving threads, and runaway real-time threads
+returned to normal scheduling (``hostd.preempt.Watch`` decides both).
+
+* **boost**: a thread runnable for ``[guard] starve_after`` seconds without running gets
+  SCHED_FIFO one priority above the policy's real-time layers (``boost_value``; journaled like
+  any write) for ``boost_ms``, then it is decided again. The agent's own thread holds SCHED_FIFO
+  one above that while a boost is on, so that it wakes on time to end it, and at most all CPUs
+  but one are boosted at once; where real-time is not allowed, a demoted thread gets its
+  original policy back for that time.
+* **runaway**: a real-time thread of a hostd layer that keeps a CPU busy is decided again as
+  SCHED_OTHER at nice -20 from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from hostd import knobs
+from hostd.policy import Policy
+from hostd.preempt import Key, Sample
+
+if TYPE_CHECKING:
+    from hostd.agent.watch import WatchLoop
+
+log = logging.getLogger("hostd")
+
+
+def boost_value(policy: Policy) -> list:
+    """What a starving thread gets for a moment: SCHED_FIFO above every real-time layer of the
+    policy (so a runaway of hostd's cannot hold it off), with reset-on-fork."""
+    top = max((ly.sched.priority or 0 for ly in policy.layers if ly.sched.realtime), default=0)
+    return ["fifo", min(99, top + 1), True]
+
+
+class Guard:
+    def __init__(self, loop: WatchLoop) -> None:
+        self.loop = loop
+        self.boosted: dict[Key, float] = {}  # thread -> monotonic time its boost ends
+        self.rt_self = False  # the agent holds SCHED_FIFO while a boost is on
+
+    def end_boosts(self, now: float) -> None:
+        """Decide again the threads whose boost has ended."""
+        ended = [key for key, until in self.boosted.items() if until <= now]
+        if not ended:
+            return
+        for key in ended:
+            del self.boosted[key]
+        self.loop.redecide([t for key in ended if (t := self.loop.task(key)) is not None])
+        if not self.boosted:
+            self.hold_rt(False)
+
+    def hold_rt(self, on: bool) -> bool:
+        """The agent's own thread SCHED_FIFO, one above the boost, while a boost is on: the
+        boosted thread may spin, and only the agent, waking on time, ends its boost (else RT
+        throttling would, after up to 0.95 s: measured, BENCHMARKS.md). Its own process: not
+        journaled (the kernel forgets it with the process)."""
+        if on == self.rt_self:
+            return True
+        try:
+            if on:
+                prio = min(99, boost_value(self.loop.agent.policy)[1] + 1)
+                flags = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+                os.sched_setscheduler(0, flags, os.sched_param(prio))
+            else:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError as exc:
+            log.info("guard agent real-time %s refused (%s)", "on" if on else "off", exc)
+            return False
+        self.rt_self = on
+        return True
+
+    def runaway(self, s: Sample) -> None:
+        loop = self.loop
+        agent, task = loop.agent, loop.task(s.key)
+        if agent.planner is None or task is None:
+            return
+        agent.planner.runaways.add(s.key)
+        loop.redecide([task])
+        g = agent.policy.guard
+        why = (
+            f"real-time thread kept {g.rt_runaway_share:.0%}+ of a CPU busy for "
+            f"{g.rt_runaway_after:g} s: SCHED_OTHER at nice -20 from now on"
+        )
+        log.warning("guard runaway tid=%d comm=%r layer=%s %s", task.tid, task.comm, s.layer, why)
+        loop.counters["runaways"] += 1
+        loop.note("runaway", why, tid=task.tid, comm=task.comm, layer=s.layer)
+
+    def boost(self, s: Sample, now: float) -> None:
+        loop = self.loop
+        agent, task = loop.agent, loop.task(s.key)
+        if agent.planner is None or task is None or s.key in self.boosted:
+            return
+        key = knobs.task_key(task.tid, task.start_time, "sched")
+        if len(self.boosted) >= max(1, len(os.sched_getaffinity(0)) - 1):
+            loop.counters["boosts_deferred"] += 1
+            return  # never every CPU at once: the others wait for a next round
+        if agent.caps.rt and self.hold_rt(True):
+            override: dict = {key: boost_value(agent.policy)}
+        elif key in agent.journal:  # no real-time here: its own policy back for a moment
+            override = {key: agent.journal.original(key)}
+        else:
+            return  # not demoted, and nothing stronger allowed: nothing a boost could do
+        self.boosted[s.key] = now + agent.policy.guard.boost_ms / 1000
+        loop.redecide([task], override)
+        why = f"runnable for {agent.policy.guard.starve_after:g} s without running"
+        log.info("guard boost tid=%d comm=%r layer=%s %s", task.tid, task.comm, s.layer, why)
+        loop.counters["boosts"] += 1
+        loop.note("boost", why, tid=task.tid, comm=task.comm, layer=s.layer)

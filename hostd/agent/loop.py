@@ -1,0 +1,198 @@
+"""The agent's loop: wait for the next event or timer, run the pass it calls for, log it.
+
+``run`` takes the pid lock, subscribes to the sources, runs a full pass and then ``step``-s
+until a signal stops it; at the end it restores everything hostd changed (unless the policy
+says ``restore_on_exit = false``). A step handles, in this order: a reload (SIGHUP), a switch
+(SIGUSR1), device events (a full pass with the topology read again), thread events (an event
+pass; a lost event means a full pass), waiting cpuset joins while no event waits, the watch,
+and the timers: the drift rescan (or, without events, the poll), a due re-plan, and the
+status file at most once a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+import hostd.sidecar
+from hostd import __version__
+from hostd.agent.lock import AgentLock
+from hostd.cpufreq import hold_cpu_dma_latency
+from hostd.host.connector import Overflow
+from hostd.reconcile import PassReport, restore
+
+if TYPE_CHECKING:
+    from hostd.agent.core import Agent
+
+log = logging.getLogger("hostd")
+DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
+JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
+
+
+def run(agent: Agent, once: bool = False) -> PassReport:
+    lock = AgentLock.take(agent.run_dir)
+    agent.sources.catch_signals()
+    log.info(
+        "start version=%s mode=%s policy=%s pid=%d",
+        __version__, agent.mode, agent.policy.source, os.getpid(),
+    )  # fmt: skip
+    if agent.sidecar:
+        for feature, _, detail in hostd.sidecar.describe(agent.host):
+            log.info("%s: %s", feature, detail)
+    # hostd's own priority: in a storm of new threads it must not be starved by the very
+    # threads it is placing (it uses CPU only when there are events).
+    if agent.policy.agent_nice is not None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, agent.policy.agent_nice)
+        except OSError as exc:
+            log.info("agent nice=%d refused (%s)", agent.policy.agent_nice, exc.strerror)
+    try:
+        if once:
+            return agent.pass_once("once")
+        agent.sources.open(agent.host, agent.policy)
+        full(agent, "start")
+        while not agent.sources.stop:
+            try:
+                step(agent)
+            except Exception:  # an event source failing must not end the agent
+                log.exception("event loop step failed; a full pass follows")
+                time.sleep(0.5)
+                full(agent, "recovery")
+        return PassReport()  # what the loop did is in the log and status.json
+    finally:
+        agent.sources.close()
+        hold_cstate(agent, False)
+        finish(agent)
+        lock.close()
+
+
+def next_full(agent: Agent) -> tuple[float, str]:
+    """When the next full pass is due, and why."""
+    if agent.sources.kind == "poll":
+        due, why = agent.last_full + agent.policy.interval, "poll"
+    else:
+        every = max(agent.policy.rescan_interval, DRIFT_COST * agent.full_cost)
+        due, why = agent.last_full + every, "drift"
+    replan = agent.inc.replan_due
+    if replan is not None and replan < due:
+        due, why = replan, "replan"
+    return due, why
+
+
+def full(agent: Agent, reason: str) -> None:
+    try:
+        agent.pass_once(reason)
+    except Exception:  # a bug or a full disk must not leave the host half-changed
+        log.exception("pass failed; the journal is intact, the next pass retries")
+        agent.last_full = time.monotonic()
+
+
+def step(agent: Agent) -> None:
+    """Wait for the next event or timer, and handle it."""
+    sources = agent.sources
+    due, why = next_full(agent)
+    status_due, watch_due = agent.status.due, agent.watcher.next_due()
+    timeout = max(0.0, min(due, status_due, watch_due) - time.monotonic())
+    events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
+    if sources.stop:
+        return
+    if sources.reload:
+        sources.reload = False
+        agent.reload()
+        return full(agent, "reload")
+    if sources.poke:
+        sources.poke = False
+        return full(agent, "switched")
+    if devices_ready and sources.devices is not None:
+        changes = sources.devices.read()
+        if changes:
+            log.info("devices %s", " ".join(f"{c.name}:{c.action}" for c in changes[:8]))
+            agent.counters["device_events"] += len(changes)
+            return full(agent, "devices")
+    if events_ready and sources.connector is not None:
+        events = sources.connector.read(agent.MAX_BATCH)
+        if any(isinstance(ev, Overflow) for ev in events):
+            agent.counters["overflows"] += 1
+            log.warning("events lost (receive buffer overflow): rescanning /proc")
+            return full(agent, "overflow")
+        try:
+            agent.event_pass(events)  # type: ignore[arg-type]
+        except Exception:
+            log.exception("event pass failed; a full pass follows")
+            return full(agent, "recovery")
+    # A few joins at a time, and only while no event waits: each can block for milliseconds
+    # while threads are being created.
+    deadline = time.monotonic() + JOIN_BUDGET_S
+    while agent.inc.pending and not sources.events_waiting() and time.monotonic() < deadline:
+        agent.join_cpusets(4)
+    now = time.monotonic()
+    if now >= watch_due and not agent.disabled:
+        agent.watcher.run_due(now)
+    if now >= due:
+        full(agent, why)
+    elif now >= status_due:
+        if agent.counters != agent.status.counters or agent.watcher.changed:
+            agent.write_status(PassReport(), None, state="running")
+        agent.status.written = now  # nothing new: check again in a second
+
+
+def finish(agent: Agent) -> None:
+    if agent.sources.stop and agent.policy.restore_on_exit and agent.mode == "enforce":
+        restored = restore(agent.host, agent.journal)
+        log.info(
+            "stop restored %s",
+            " ".join(f"{k}={v}" for k, v in sorted(restored.counts.items())) or "nothing",
+        )
+        if agent.journal.problem:
+            log.error("journal %s", agent.journal.problem)
+        agent.inc.plan = None
+        agent.write_status(restored, 0.0, state="stopped")
+    elif agent.sources.stop:
+        log.info("stop (restore_on_exit = false: changes are kept; hostd restore undoes)")
+        agent.inc.plan = None
+        agent.write_status(PassReport(), 0.0, state="stopped")
+    agent.journal.close()
+    agent.status.close()
+
+
+def hold_cstate(agent: Agent, on: bool) -> None:
+    """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
+    want = None if agent.sidecar else agent.policy.cpu_dma_latency_us
+    if on and want is not None and agent.latency_fd is None and agent.mode == "enforce":
+        try:
+            agent.latency_fd = hold_cpu_dma_latency(agent.host, want)
+            log.info("cstate cpu_dma_latency_us=%d held", want)
+        except OSError as exc:
+            log.warning("cstate refused: %s", exc)
+    elif (not on or want is None) and agent.latency_fd is not None:
+        os.close(agent.latency_fd)
+        agent.latency_fd = None
+
+
+def log_pass(agent: Agent, report: PassReport, elapsed: float, reason: str) -> None:
+    agent.passes += 1
+    log.info(
+        "pass n=%d reason=%s mode=%s seconds=%.3f %s",
+        agent.passes, reason, agent.mode, elapsed,
+        " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
+    )  # fmt: skip
+    log_problems(report)
+
+
+def log_problems(report: PassReport) -> None:
+    unjournaled = [r for r in report.results if r.outcome == "unjournaled"]
+    if unjournaled:
+        log.error(
+            "journal write failed: %d change(s) not made: %s",
+            len(unjournaled),
+            unjournaled[0].detail,
+        )
+    for r in report.results:
+        if r.outcome == "error":
+            log.error("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
+        elif r.outcome in ("not-permitted", "unsupported"):
+            log.warning("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
+        elif r.outcome == "unchangeable" and r.detail != "refused before":
+            log.info("action key=%s outcome=unchangeable (remembered, not retried)", r.key)

@@ -1,0 +1,117 @@
+"""The watch's eyes: what each tick reads, and which sessions may never be demoted.
+
+``Sampler.sample`` reads one ``/proc/PID/stat`` per process hostd knows (its CPU time with its
+reaped children's, and its leader's state) and, for the processes that ran or are runnable, the
+threads of demoted sessions and hostd's real-time threads, one ``schedstat`` and one ``stat``
+(its state) per thread: ``hostd.preempt.Sample``-s for ``Watch.update``, every session's
+processes, and the CPUs each session's preemptible processes used since the last tick.
+``kept`` asks ``hostd.preempt.why_kept`` whether a session must be left alone (a terminal, the
+job's own layers, the agent's own session).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from hostd.preempt import Key, Sample, why_kept
+
+if TYPE_CHECKING:
+    from hostd.agent.watch import WatchLoop
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Sampler:
+    def __init__(self, loop: WatchLoop) -> None:
+        self.loop = loop
+        self.cpu: dict[int, tuple[int, int]] = {}  # pid -> (start time, CPU ticks)
+        self.cpu_ticks = 0  # boot ticks when ``cpu`` was read
+        self.own_sid = os.getsid(0)
+
+    def clear(self) -> None:
+        """Nothing watched: the next sample starts afresh."""
+        self.cpu.clear()
+        self.cpu_ticks = 0
+
+    def sample(self, rt: set[Key]) -> tuple[list[Sample], dict[int, list[int]], dict[int, float]]:
+        """Schedstat samples of the threads worth a look, every session's processes, and the
+        CPUs each session's preemptible processes used since the last tick (their own CPU time
+        and their reaped children's: a compiler that lived a tenth of a second shows in its
+        parent's)."""
+        agent = self.loop.agent
+        cache, host, demoted = agent.cache, agent.host, self.loop.watch.demoted
+        preemptible = agent.policy.preemptible
+        rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
+        sessions: dict[int, list[int]] = {}
+        used: dict[int, float] = {}
+        looked: list[int] = []
+        cpu: dict[int, tuple[int, int]] = {}
+        now_ticks = host.ticks_now()
+        since = self.cpu_ticks  # boot ticks at the last tick (0: none yet)
+        span = (now_ticks - since) / CLK_TCK if since else 0.0
+        for pid, proc in cache.procs.items():
+            if proc.is_kthread or pid in agent.exclude:
+                continue
+            sessions.setdefault(proc.session, []).append(pid)
+            got = host.process_cpu(pid)
+            if got is None:
+                continue
+            state, ticks, reaped = got
+            total = ticks + reaped
+            prev = self.cpu.get(pid)
+            cpu[pid] = (proc.start_time, total)
+            same = prev is not None and prev[0] == proc.start_time
+            ran = same and total != prev[1]
+            if ran or state == "R" or proc.session in demoted or pid in rt_pids:
+                looked.append(pid)
+            if span <= 0:
+                continue
+            item = agent.inc.classified.get(pid)
+            if item is None or item.layer not in preemptible:
+                continue
+            if same:
+                delta = total - prev[1]
+            elif proc.start_time >= since:  # born since the last tick: all of it is new
+                delta = total
+            else:
+                continue
+            if delta > 0:
+                used[proc.session] = used.get(proc.session, 0.0) + delta / CLK_TCK / span
+        self.cpu = cpu
+        self.cpu_ticks = now_ticks
+        samples: list[Sample] = []
+        for pid in looked:
+            session = cache.procs[pid].session
+            for tid in cache.members.get(pid, ()):
+                task, item = cache.tasks.get(tid), agent.inc.classified.get(tid)
+                if task is None or item is None:
+                    continue
+                got = host.schedstat(pid, tid)
+                state = host.thread_state(pid, tid)
+                if got is not None and state is not None:
+                    samples.append(
+                        Sample(task.key, pid, session, item.layer, got[0], got[1], state)
+                    )
+        self.loop.counters["samples"] += len(samples)
+        return samples, sessions, used
+
+    def kept(self, sid: int, sessions: dict[int, list[int]]) -> str | None:
+        """Why session ``sid`` is never demoted, or None."""
+        agent = self.loop.agent
+        cache = agent.cache
+        pids = sessions.get(sid, [])
+        layers = {
+            item.layer
+            for pid in pids
+            for tid in cache.members.get(pid, ())
+            if (item := agent.inc.classified.get(tid)) is not None
+        }
+        return why_kept(
+            sid,
+            layers=layers,
+            tty=any(cache.procs[pid].tty for pid in pids if pid in cache.procs),
+            own_sid=self.own_sid,
+            protected=agent.policy.protected,
+            shielding=self.loop.shielding,
+        )

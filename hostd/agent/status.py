@@ -1,0 +1,127 @@
+"""The agent's status file, ``RUN_DIR/status.json``: what ``hostd status`` reads.
+
+``StatusFile.write`` replaces it atomically (a reader never sees half a file) after every full
+pass and, when counters changed, at most once a second otherwise (the loop asks ``due``).
+``document`` says what it holds: the agent's state, mode, policy, event source, per-layer
+CPUs and thread counts, the last full pass, counters, journal size, knobs the kernel refused
+for good, the watch's state, what the host allows, and the agent's own cost (CPU seconds and
+resident memory, from psutil).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psutil
+
+from hostd import __version__
+from hostd.reconcile import PassReport
+from hostd.statedir import open_dir, write_atomic
+
+if TYPE_CHECKING:
+    from hostd.agent.core import Agent
+
+STATUS_FILE = "status.json"
+EVERY_S = 1.0  # at most this often between full passes
+
+
+def read_status(run_dir: str | Path) -> dict | None:
+    try:
+        with open(Path(run_dir) / STATUS_FILE, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def document(agent: Agent, report: PassReport, elapsed: float | None, state: str) -> dict:
+    """The status of ``agent`` after ``report`` (``elapsed``: a full pass's seconds)."""
+    layers = []
+    if agent.plan is not None and state == "running":
+        counts = agent.inc.layer_counts
+        layers = [
+            {
+                "name": lp.name,
+                "kind": lp.kind,
+                "threads": counts[lp.name],
+                "cpus": sorted(lp.cpus),
+                "notes": list(lp.notes),
+            }
+            for lp in agent.plan.layers
+        ]
+    status = {
+        "version": __version__,
+        "pid": os.getpid(),
+        "state": state,
+        "mode": agent.mode,
+        "policy": {
+            "source": agent.policy.source,
+            "name": agent.policy.name,
+            "sha256": agent.policy.sha256,
+        },
+        "source": {"kind": agent.sources.kind, "detail": agent.sources.detail},
+        "sidecar": agent.sidecar,
+        "layers": layers,
+        "last_pass": agent.status.last.get("last_pass", {}),
+        "passes": agent.passes,
+        "events": dict(agent.counters),
+        "journal": {"path": str(agent.journal.path), "records": len(agent.journal)},
+        "unchangeable": sorted(agent.unchangeable),
+        "preempt": agent.watcher.status(),
+        "self": own_cost(),
+        "capabilities": {
+            "rt": agent.caps.rt,
+            "cpuset": agent.caps.cpuset,
+            "irqs": agent.caps.irqs,
+            "cpufreq": agent.caps.cpufreq,
+        },
+    }
+    if elapsed is not None:
+        status["last_pass"] = {
+            "time": time.time(),
+            "seconds": round(elapsed, 4),
+            "counts": report.counts,
+        }
+    return status
+
+
+def own_cost() -> dict:
+    """The agent's own CPU seconds (user + system, its threads together) and resident memory."""
+    me = psutil.Process()
+    with me.oneshot():
+        cpu, mem = me.cpu_times(), me.memory_info()
+    return {"cpu_seconds": round(cpu.user + cpu.system, 3), "rss_bytes": mem.rss}
+
+
+class StatusFile:
+    """``RUN_DIR/status.json``, and when it was last written."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.last: dict = {}
+        self.written = 0.0  # monotonic time of the last write
+        self.counters: Counter[str] = Counter()  # the agent's counters it said
+        self._fd: int | None = None
+
+    @property
+    def due(self) -> float:
+        """When the next write between full passes may happen (monotonic time)."""
+        return self.written + EVERY_S
+
+    def write(self, status: dict, counters: Counter[str]) -> None:
+        self.last, self.counters = status, counters.copy()
+        self.written = time.monotonic()
+        if self._fd is None:
+            self._fd = open_dir(self.run_dir)
+        write_atomic(self._fd, STATUS_FILE, json.dumps(status, indent=1).encode())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

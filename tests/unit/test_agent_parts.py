@@ -1,0 +1,183 @@
+"""The agent's parts without root: a whole pass, an event burst and an overflow on a fake kernel.
+
+The host is a copy of the dgx-h100 fixture tree with ``tests.fakes.FakeCalls`` as its thread
+calls (writes land in the tree's own stat and status files); the agent is the real one, with its
+real journal, planner, reconcile and status file, in folders below ``tmp_path``. Cpusets, IRQs
+and real-time stay off (the doctor's probe says so on a fixture tree); nice, policy and affinity
+are changed and given back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hostd.agent import Agent, loop
+from hostd.agent.events import Batch
+from hostd.host import Host
+from hostd.host.connector import Event, Overflow
+from hostd.reconcile import restore
+from tests.fakes import FakeCalls
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
+RANK = 4100  # a rank of the fixture's torchrun job: main thread 4100, threads 4101-4111
+
+
+def _proc_files(tree: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(tree)): p.read_bytes()
+        for p in sorted((tree / "proc").rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.name in ("stat", "status")
+    }
+
+
+@pytest.fixture
+def agent(tmp_path):
+    if not FIXTURE.is_dir():
+        pytest.skip("no dgx-h100 fixture tree")
+    tree = tmp_path / "host"
+    shutil.copytree(FIXTURE, tree, symlinks=True)
+    calls = FakeCalls(tree)
+    host = Host(tree, calls=calls)
+    a = Agent(host, None, state_dir=tmp_path / "state", run_dir=tmp_path / "run")
+    a.caps.sched = a.caps.affinity = True  # the fake has threads to call
+    a.tree, a.calls, a.before = tree, calls, _proc_files(tree)  # type: ignore[attr-defined]
+    yield a
+    a.journal.close()
+    a.status.close()
+
+
+def test_batch_coalesces_a_burst_per_thread():
+    def in_scope(tgid, parent=0):
+        return tgid != 666
+
+    events = [
+        Event("fork", 11, 10, 10),  # a thread of 10, then it exits: an exit only
+        Event("comm", 11, 10, 0, "worker"),
+        Event("exit", 11, 10),
+        Event("fork", 20, 20, 10),  # a new process, renamed, then exec'd
+        Event("comm", 20, 20, 0, "pt_data_worker"),
+        Event("exec", 20, 20),
+        Event("fork", 31, 30, 30),
+        Event("fork", 31, 30, 30),  # named twice: read once
+        Event("fork", 667, 666, 666),  # out of scope
+        Event("comm", 99, 99, 0, "hostd"),  # the agent itself
+    ]
+    batch = Batch.of(events, me=99, in_scope=in_scope)
+    assert batch.exits == [11]
+    assert batch.named == {20: 20, 31: 30}
+    assert batch.exec_pids == {20}
+    assert batch.leaders == {20: "pt_data_worker"}
+    assert batch.size == len(events)
+
+
+def test_a_full_pass_applies_journals_reports_and_restores(agent):
+    report = agent.pass_once()
+    assert report.counts.get("applied", 0) > 0, report.counts
+    assert not [r for r in report.results if r.outcome == "error"], report.results
+    written = {tid for _, tid, _ in agent.calls.writes}
+    assert RANK in written and RANK + 1 in written  # the rank's threads, in trainer
+    # Every write was journaled with the value the tree held before.
+    for kind, tid, _ in agent.calls.writes:
+        key = next(k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@"))
+        assert key, (kind, tid)
+    assert agent.status.last["state"] == "running"
+    on_disk = json.loads((Path(agent.status.run_dir) / "status.json").read_text())
+    layers = {ly["name"]: ly["threads"] for ly in on_disk["layers"]}
+    assert layers == {k: v for k, v in agent.inc.layer_counts.items() if k in layers}
+    assert layers["trainer"] > 0
+    # A second pass finds the tree as the first left it: nothing to write again.
+    before = len(agent.calls.writes)
+    again = agent.pass_once("drift")
+    assert len(agent.calls.writes) == before, agent.calls.writes[before:]
+    assert again.counts.get("applied", 0) == 0
+    # Restore gives every file back byte for byte.
+    restored = restore(agent.host, agent.journal)
+    assert restored.counts.get("restored", 0) > 0
+    assert _proc_files(agent.tree) == agent.before
+    assert len(agent.journal) == 0
+
+
+def _new_rank(tree: Path, pid: int, like: int) -> list[int]:
+    """Start process ``pid`` in the tree: a copy of rank ``like`` as the fixture had it (before
+    hostd), in a session of its own; returns its thread ids."""
+    src, dst = FIXTURE / "proc" / str(like), tree / "proc" / str(pid)
+    shutil.copytree(src, dst, symlinks=True)
+    tids = []
+    for task in sorted((dst / "task").iterdir()):
+        tid = pid + int(task.name) - like
+        task = task.rename(task.parent / str(tid))
+        tids.append(tid)
+        for path in (task / "stat", *([dst / "stat"] if tid == pid else [])):
+            comm_end = path.read_text().rindex(")")
+            text = path.read_text()
+            rest = text[comm_end + 2 :].split(" ")
+            rest[2] = rest[3] = str(pid)  # its process group and session
+            path.write_text(f"{tid} {text[text.index('(') : comm_end + 1]} " + " ".join(rest))
+        status = (task / "status").read_text()
+        status = status.replace(f"Tgid:\t{like}", f"Tgid:\t{pid}")
+        (task / "status").write_text(status.replace(f"Pid:\t{task.name}", f"Pid:\t{tid}"))
+    return tids
+
+
+def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
+    agent.pass_once()
+    writes = len(agent.calls.writes)
+    new = _new_rank(agent.tree, 4300, like=RANK)  # a third rank, its 12 threads
+    events = [Event("fork", 4300, 4300, 4000)] + [Event("fork", t, 4300, 4300) for t in new[1:]]
+    report = agent.event_pass(events)
+    placed = {tid for kind, tid, _ in agent.calls.writes[writes:] if kind == "affinity"}
+    assert placed == set(new), placed ^ set(new)
+    # As the rank it copies (its GPU's node), not as the launcher it was forked from.
+    assert agent.calls.get_affinity(new[0]) == agent.calls.get_affinity(RANK)
+    assert agent.calls.get_affinity(new[0]) != agent.calls.get_affinity(4000)
+    assert report.counts.get("applied", 0) >= len(new)
+    assert agent.counters["events"] == len(events)
+    assert agent.inc.layer_counts["trainer"] == sum(
+        1 for c in agent.inc.classified.values() if c.layer == "trainer"
+    )
+    assert agent.inc.replan_due is not None  # trainer's share changed: a re-plan is due
+    # It ends: forgotten, and its journal records closed.
+    shutil.rmtree(agent.tree / "proc" / "4300")
+    agent.event_pass([Event("exit", tid, 4300) for tid in new])
+    for tid in new:
+        assert tid not in agent.inc.classified
+        assert not [k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")]
+    assert any(k.startswith(f"task/{RANK}@") for k in agent.journal.recorded())
+
+
+class _Connector:
+    """A thread-event source that is ready at once and hands out what it was given."""
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+        self._r, self._w = os.pipe()
+        os.write(self._w, b"x")
+
+    def fileno(self) -> int:
+        return self._r
+
+    def read(self, limit: int) -> list:
+        out, self.events = self.events[:limit], self.events[limit:]
+        return out
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+
+def test_an_overflow_means_a_full_pass(agent):
+    agent.pass_once()
+    passes, full = agent.passes, agent.counters["full_passes"]
+    agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK), Overflow()])
+    agent.sources.kind = "events"
+    loop.step(agent)
+    assert agent.counters["overflows"] == 1
+    assert agent.counters["full_passes"] == full + 1
+    assert agent.passes == passes + 1
+    assert agent.counters["event_passes"] == 0  # the batch with the loss was not used
+    agent.sources.close()
