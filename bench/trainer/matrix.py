@@ -16,12 +16,14 @@ online CPUs of CPU demand:
   ~200 generated C files, in a loop, in a session of its own without a terminal;
 - ``io``: 2 ``dd ... conv=fdatasync`` writers of 256 MiB files, in a loop, in a session of its own.
 
-Each cell runs in four *arms*: ``alone`` (the job only), ``contended`` (job + contention),
-``contended+hostd`` (``hostd run``, the shipped default policy, the whole host, started and past
-its first pass before the contention and the job; SIGTERM after, which restores) and
-``contended+tuned`` (the best hand-tuned recipe, ``hand_tune``: every 0.5 s every thread of the
-contention's processes SCHED_IDLE and their sessions' autogroup nice 19; put back after).
-Each repetition runs every cell's arms in a rotated order (repetition r starts at arm r mod 4).
+Each cell runs in up to five *arms*: ``alone`` (the job only), ``alone+hostd`` (the job with
+``hostd run`` and no contention: what hostd's placement does to the job itself), ``contended``
+(job + contention), ``contended+hostd`` (``hostd run``, the shipped default policy, the whole
+host, started and past its first pass before the contention and the job; SIGTERM after, which
+restores) and ``contended+tuned`` (the best hand-tuned recipe, ``hand_tune``: every 0.5 s every
+thread of the contention's processes SCHED_IDLE and their sessions' autogroup nice 19; put back
+after). Each repetition runs every cell's arms in a rotated order (repetition r starts at arm r
+mod the number of arms).
 
 Per run: the job's steps/s and step time p50/p99 (``train.py --out``), the "system service"
 probe of ``run.py`` (slices of CPU work done in time), ``hostd stats`` per layer of the default
@@ -71,7 +73,8 @@ from hostd.tasks import descendants  # noqa: E402
 
 TRAIN = HERE / "train.py"
 SECTION = "## Trainer effect matrix (bench/trainer/matrix.py)"
-ARMS = ("alone", "contended", "contended+hostd", "contended+tuned")
+ARMS = ("alone", "alone+hostd", "contended", "contended+hostd", "contended+tuned")
+HOSTD_ARMS = ("alone+hostd", "contended+hostd")
 GOAL_SPEED, GOAL_PROBE = 0.97, 0.95
 STARVE_MARGIN = 0.10  # a data/comms layer waits this much more of its runnable time than alone
 STARTUP_S = 12.0  # per run, on top of --seconds and --warmup, for the time estimate
@@ -642,14 +645,14 @@ def run_arm(
     try:
         probe = Probe(chunk)
         SESSIONS.add(probe.proc.pid)
-        if arm == "contended+hostd":
+        if arm in HOSTD_ARMS:
             if other_agents():
                 raise RuntimeError(f"another hostd run is running (pids {other_agents()})")
             agent = AgentProc(
                 workdir / f"agent-{n}", policy=args.policy, env={TAG_VAR: ""}
             )  # never swept
             agent.wait_passes(1)
-        if arm != "alone":
+        if arm.startswith("contended"):
             contention = KINDS[cell.contention](ncpu, args.python, workdir)
             contention.start()
             if arm == "contended+tuned":
@@ -966,7 +969,7 @@ def render(
             f"| {r['rep']} | {r['cell']} | {r['arm']} | {_f(r['steps_per_s'])} | "
             f"{_f(r['step_ms_p99'], '{:.1f}')} | {p['done']}/{p['asked']}, "
             f"{p['worst_ms']:.0f} ms | {_cell_text(top) or '-'}{err} | "
-            f"{preempt_summary(r.get('preempt')) if r['arm'] == 'contended+hostd' else ''} |"
+            f"{preempt_summary(r.get('preempt')) if r['arm'] in HOSTD_ARMS else ''} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -990,7 +993,11 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable, help="interpreter with torch 2.13.0")
     ap.add_argument("--cells", default=None, help="comma-separated cell ids (default: all)")
     ap.add_argument("--list", action="store_true", help="print the cells and exit")
-    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms (+ alone)")
+    ap.add_argument(
+        "--arms",
+        default="alone,contended,contended+hostd,contended+tuned",
+        help=f"comma-separated arms (+ alone), of {', '.join(ARMS)}",
+    )
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--warmup", type=float, default=5.0)
@@ -1054,7 +1061,7 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
     os.environ[TAG_VAR] = TAG
-    if "contended+hostd" in arms and other_agents():
+    if set(HOSTD_ARMS) & set(arms) and other_agents():
         print(
             f"WARNING: hostd run is already running (pids {other_agents()}): the hostd arm "
             "will fail until it is stopped, and every arm is measured under it",

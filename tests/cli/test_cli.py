@@ -84,8 +84,8 @@ def test_classify_explain_and_plan_a_live_training_job():
             assert layers["trainer"]["threads"] >= 4
             decided = {t["tid"]: t for t in plan["tasks"]}
             gloo = next(t["tid"] for t in data["threads"] if t["comm"] == "gloo_tcp_loop")
-            assert (decided[gloo]["policy"], decided[gloo]["nice"]) == ("other", -5)
-            assert decided[gloo]["layer"] == "comms"
+            # A comm thread weighs as its rank's threads (BENCHMARKS.md): nothing to change.
+            assert gloo not in decided
             # Each rank leads its session (as under torchrun): its leader gets the session
             # weight; on a small host the trainer gets no CPUs of its own.
             assert decided[job.ranks[0]]["group_nice"] == (-5 if AUTOGROUPS else None)

@@ -340,9 +340,9 @@ def _realtime_comms():
         (REPO_POLICY)
         .read_text()
         .replace(
-            'sched = { policy = "other", nice = -5 }',
-            'sched = { policy = "fifo", priority = 20 }',
-            1,
+            'kind = "open"\n',
+            'kind = "open"\nsched = { policy = "fifo", priority = 20 }\n',
+            1,  # the first layer's: comms
         )
     )
     assert 'policy = "fifo"' in text
