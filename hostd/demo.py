@@ -215,16 +215,8 @@ class Contention:
 def _processes() -> dict:
     """{pid: its parsed /proc/PID/stat} of every process now (read through ``Host``)."""
     from hostd.host import Host
-    from hostd.host.parsers import parse_stat
 
-    host, found = Host(), {}
-    for entry in host.listdir("proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                text = host.read(f"proc/{entry}/stat")
-                if text:
-                    found[int(entry)] = parse_stat(text)
-    return found
+    return Host().processes()
 
 
 def session_pids(sid: int) -> list[int]:

@@ -12,7 +12,6 @@ unchangeable (remembered: never retried), error. One failure never stops the pas
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -23,12 +22,11 @@ from dataclasses import dataclass, field
 from hostd import knobkinds, knobs
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
 from hostd.host import Host, HostError
-from hostd.host.parsers import parse_stat
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
 from hostd.model.cpus import CPUSET_ROOT, format_cpulist
-from hostd.model.tasks import Task
+from hostd.model.tasks import Task, session_members
 from hostd.plan import NumaPlan, Plan, TaskPlan
 
 # Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
@@ -352,14 +350,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
     After a crash as after a stop: ``hostd restore`` runs this as well."""
     if not records:
         return []
-    procs: dict[int, tuple[int, int]] = {}  # pid -> (ppid, session)
-    for entry in host.listdir("proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                text = host.read(f"proc/{entry}/stat")
-                if text:
-                    st = parse_stat(text)
-                    procs[int(entry)] = (st.ppid, st.session)
+    procs = {pid: (st.ppid, st.session) for pid, st in host.processes().items()}
     # Per session and kind, what hostd wrote -> (the earliest tick it wrote it, the original,
     # the thread it wrote it to): one read per thread and kind, whatever the number of records.
     wrote: dict[int, dict[str, dict[str, tuple[int, object, int]]]] = {}
@@ -373,13 +364,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
             by_to[to] = (tick, rec.orig, own)
     results: list[Result] = []
     for sid, by_kind in wrote.items():
-        members = {pid for pid, (_, session) in procs.items() if session == sid}
-        grew = True
-        while grew:  # processes that left the session (setsid) still descend from it
-            more = {pid for pid, (ppid, _) in procs.items() if ppid in members} - members
-            members |= more
-            grew = bool(more)
-        for pid in sorted(members):
+        for pid in sorted(session_members(procs, sid)):
             for entry in host.listdir(f"proc/{pid}/task"):
                 tid = int(entry)
                 start = host.start_time(tid)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from hostd.host import Host
-from hostd.host.parsers import parse_cgroup, primary_cgroup
+from hostd.host.parsers import primary_cgroup
 from hostd.knobkinds import kinds
 from hostd.model.cpus import home_of
 
@@ -41,7 +41,7 @@ def in_host_pid_namespace(host: Host) -> bool:
 
 def own_cgroup(host: Host, pid: int | str = "self") -> str:
     """The cgroup ``pid`` lives in, as policies see it (hostd's own cpuset children stripped)."""
-    return home_of(primary_cgroup(parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")))
+    return home_of(primary_cgroup(host.cgroups(pid) or {}))
 
 
 def pod_cgroup(host: Host) -> str:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from hostd import knobkinds
 from hostd.host import HostError
-from hostd.host.parsers import parse_cgroup
 from hostd.model.cpus import home_of
 from hostd.preempt import why_group_kept
 from hostd.reconcile import Observed, restore_keys
@@ -40,7 +39,7 @@ class GroupWeights:
         found = group.mount(host.root)
         if found is None:
             return None
-        cgroups = parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")
+        cgroups = host.cgroups(pid) or {}
         path = cgroups.get("cpu" if found[0] == 1 else "")
         return None if path is None else home_of(path) if found[0] == 2 else path
 

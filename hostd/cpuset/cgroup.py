@@ -38,7 +38,6 @@ import os
 from hostd import knobs
 from hostd.host import Gone, Host, HostError
 from hostd.host.cgroupfs import read_cgroup_layout
-from hostd.host.parsers import parse_cgroup
 from hostd.model.cpus import CPUSET_ROOT, V2_PREFIX, format_cpulist, home_of, parse_cpulist
 
 
@@ -195,10 +194,10 @@ def _write_subtree(host: Host, key: str, value: object) -> None:
 def _read_member(host: Host, key: str) -> str:
     version, _ = _where(host, key)
     tid = knobs.live_tid(host, key)
-    text = host.read(f"proc/{tid}/cgroup")
-    if text is None:
+    cgroups = host.cgroups(tid, strict=True)
+    if cgroups is None:
         raise Gone(errno.ESRCH, key, "the thread exited")
-    return parse_cgroup(text).get("cpuset" if version == "v1" else "", "/")
+    return cgroups.get("cpuset" if version == "v1" else "", "/")
 
 
 def _write_member(host: Host, key: str, value: object) -> None:

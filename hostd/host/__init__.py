@@ -23,7 +23,14 @@ from collections.abc import Iterator
 from hostd.host import syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
 from hostd.host.nvml import NvmlInfo, read_nvml
-from hostd.host.parsers import parse_schedstat, parse_stat, parse_status, split_stat
+from hostd.host.parsers import (
+    Stat,
+    parse_cgroup,
+    parse_schedstat,
+    parse_stat,
+    parse_status,
+    split_stat,
+)
 
 __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
 
@@ -230,6 +237,26 @@ class Host:
         except OSError:
             return None
         return None if text is None else parse_stat(text).start_time
+
+    def cgroups(self, pid: int | str, strict: bool = False) -> dict[str, str] | None:
+        """``proc/PID/cgroup`` parsed ({controller or hierarchy: path}; v2's under ""), or None
+        when the task is gone, or its file refused (``strict``: raises NotPermitted then).
+        ``pid``: a process or thread id, or "self"."""
+        rel = f"proc/{pid}/cgroup"
+        text = self.read(rel) if strict else self.read_quiet(rel)
+        return None if text is None else parse_cgroup(text)
+
+    def processes(self) -> dict[int, Stat]:
+        """Every process now: pid -> its parsed ``proc/PID/stat`` (one read each; a process
+        that exits meanwhile, or whose line is cut, is left out)."""
+        found: dict[int, Stat] = {}
+        for entry in self.listdir("proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    text = self.read(f"proc/{entry}/stat")
+                    if text:
+                        found[int(entry)] = parse_stat(text)
+        return found
 
     def affinity(self, pid: int, tid: int) -> frozenset[int] | None:
         """A thread's CPU affinity, or None when it is gone.

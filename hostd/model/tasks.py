@@ -6,6 +6,7 @@ pure core can use them without importing the kernel door.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 # Scheduling policies by number (include/uapi/linux/sched.h).
@@ -95,3 +96,15 @@ class Task:
     @property
     def policy_name(self) -> str:
         return POLICY_NAMES.get(self.policy, str(self.policy))
+
+
+def session_members(parents: Mapping[int, tuple[int, int]], sid: int) -> set[int]:
+    """The processes of session ``sid`` and those that left it (setsid) but descend from it,
+    given every process's (parent pid, session id)."""
+    members = {pid for pid, (_, session) in parents.items() if session == sid}
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in parents.items() if ppid in members} - members
+        members |= more
+        grew = bool(more)
+    return members

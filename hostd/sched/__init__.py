@@ -24,6 +24,7 @@ import time
 from hostd import knobs
 from hostd.host import Gone, Host, HostError
 from hostd.host.parsers import parse_stat
+from hostd.model.tasks import session_members
 
 SCHED_IDLE = 5  # include/uapi/linux/sched.h
 
@@ -55,14 +56,9 @@ def _session_process(host: Host, key: str) -> int:
         return knobs.live_tid(host, key)
     except Gone:
         sid, _ = knobs.parse_task_key(key)
-        for entry in host.listdir("proc"):
-            if entry.isdigit():
-                try:
-                    text = host.read(f"proc/{entry}/stat")
-                    if text and parse_stat(text).session == sid:
-                        return int(entry)
-                except (HostError, ValueError, IndexError):
-                    continue
+        member = next((pid for pid, st in host.processes().items() if st.session == sid), None)
+        if member is not None:
+            return member
         raise
 
 
@@ -139,25 +135,11 @@ def _sweep(host: Host, key: str, value: object) -> None:
     if policy not in ("other", "batch", "idle", "fifo", "rr"):
         raise HostError(errno.EINVAL, key, f"a session record with policy {policy!r}")
     leader_start = value.get("leader_start")
-    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, session, start time)
-    for entry in host.listdir("proc"):
-        if entry.isdigit():
-            try:
-                text = host.read(f"proc/{entry}/stat")
-                if text:
-                    st = parse_stat(text)
-                    procs[int(entry)] = (st.ppid, st.session, st.start_time)
-            except (OSError, ValueError, IndexError):
-                continue
+    procs = host.processes()
     leader = procs.get(sid)
-    if leader is not None and leader[1] == sid and leader[2] != leader_start:
+    if leader is not None and leader.session == sid and leader.start_time != leader_start:
         return  # the session id now names another session: nothing of ours is left
-    members = {pid for pid, (_, session, _) in procs.items() if session == sid}
-    grew = True
-    while grew:  # processes that left the session (setsid) still descend from it
-        more = {pid for pid, (ppid, _, _) in procs.items() if ppid in members} - members
-        members |= more
-        grew = bool(more)
+    members = session_members({pid: (st.ppid, st.session) for pid, st in procs.items()}, sid)
     calls = host.threads()
     refused: list[HostError] = []
     for pid in sorted(members):

@@ -24,7 +24,6 @@ from sys import intern
 
 from hostd.host import Host
 from hostd.host.parsers import (
-    parse_cgroup,
     parse_stat,
     parse_status,
     primary_cgroup,
@@ -110,7 +109,7 @@ def _read_process(
     if stat.is_kthread:
         cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
     else:
-        cgroups = parse_cgroup(host.read_quiet(f"proc/{pid}/cgroup") or "")
+        cgroups = host.cgroups(pid) or {}
         # Classified by the cgroup it lives in, wherever hostd put its leader's cpuset.
         cgroup = home_of(primary_cgroup(cgroups))
         cpuset = cgroups.get("cpuset", cgroups.get("", ""))
@@ -149,15 +148,8 @@ def _parent_comm(host: Host, ppid: int, known: dict[int, Process]) -> str:
 def descendants(host: Host, roots: list[int]) -> list[int]:
     """``roots`` and every process below them (one stat read per process on the host)."""
     children: dict[int, list[int]] = {}
-    for entry in host.listdir("proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = host.read(f"proc/{entry}/stat")
-        except OSError:
-            continue
-        if text is not None:
-            children.setdefault(parse_stat(text).ppid, []).append(int(entry))
+    for pid, st in host.processes().items():
+        children.setdefault(st.ppid, []).append(pid)
     found: list[int] = []
     todo = [r for r in roots if host.exists(f"proc/{r}")]
     while todo:

@@ -727,3 +727,19 @@ def test_committed_trees_hold_no_paths_of_the_machine_that_made_them():
                     assert "bash_jobs" not in text, path
                     assert "password" not in text.lower(), path
                     assert "secret" not in text.lower(), path
+
+
+def test_process_table_and_session_members():
+    """Host.processes reads every process's stat once; session_members follows a session and
+    the processes that left it (setsid) but descend from it."""
+    from hostd.model.tasks import session_members
+
+    procs = Host(HOSTS / "dgx-h100").processes()
+    assert procs[4000].comm == "pt_elastic" and procs[4000].session == 4000
+    assert procs[4150].ppid == 4100 and procs[4150].session == 4100  # a rank's data worker
+    assert 4101 not in procs  # a thread, not a process
+    parents = {pid: (st.ppid, st.session) for pid, st in procs.items()}
+    # The ranks lead sessions of their own, but descend from the launcher's.
+    assert {4000, 4100, 4150, 4200} <= session_members(parents, 4000)
+    assert 4000 not in session_members(parents, 4100) and 4150 in session_members(parents, 4100)
+    assert session_members({}, 1) == set()
