@@ -11,6 +11,7 @@ reads back after a write is what it wrote, as on a live kernel. A thread without
 from __future__ import annotations
 
 import errno
+import shutil
 from pathlib import Path
 
 from hostd.host.errors import Gone, HostError
@@ -19,6 +20,20 @@ from hostd.host.syscalls import POLICY_NAMES, POLICY_NUMBERS
 from hostd.model.cpus import format_cpulist, parse_cpulist
 
 NICE, RT_PRIORITY, POLICY = 16, 37, 38  # indexes in split_stat's fields: proc(5) (19), (40), (41)
+
+
+HOSTS = Path(__file__).resolve().parent / "fixtures" / "hosts"
+
+
+def host_copy(tmp_path: Path, name: str = "dgx-h100") -> Path:
+    """A writable copy of fixture host ``name`` below ``tmp_path`` (skips the test without it)."""
+    import pytest
+
+    if not (HOSTS / name).is_dir():
+        pytest.skip(f"no {name} fixture tree")
+    dest = tmp_path / "host"
+    shutil.copytree(HOSTS / name, dest, symlinks=True)
+    return dest
 
 
 class FakeCalls:

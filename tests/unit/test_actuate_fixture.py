@@ -3,7 +3,6 @@ cpufreq): apply through the journal, check the files, restore, and compare byte 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from hostd.journal import Journal
 from hostd.policy import parse_policy
 from hostd.reconcile import Observed, desired_state, reconcile, restore
 from hostd.snapshot import take
+from tests.fakes import host_copy
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
 POLICY = b"""
@@ -47,11 +47,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def tree(tmp_path):
-    if not FIXTURE.is_dir():
-        pytest.skip("no dgx-h100 fixture tree")
-    dest = tmp_path / "host"
-    shutil.copytree(FIXTURE, dest, symlinks=True)
-    return dest
+    return host_copy(tmp_path)
 
 
 def _host_knobs(tree: Path):

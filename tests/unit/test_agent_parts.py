@@ -21,7 +21,7 @@ from hostd.agent.events import Batch
 from hostd.host import Host
 from hostd.host.connector import Event, Overflow
 from hostd.reconcile import restore
-from tests.fakes import FakeCalls
+from tests.fakes import FakeCalls, host_copy
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
 RANK = 4100  # a rank of the fixture's torchrun job: main thread 4100, threads 4101-4111
@@ -37,10 +37,7 @@ def _proc_files(tree: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def agent(tmp_path):
-    if not FIXTURE.is_dir():
-        pytest.skip("no dgx-h100 fixture tree")
-    tree = tmp_path / "host"
-    shutil.copytree(FIXTURE, tree, symlinks=True)
+    tree = host_copy(tmp_path)
     calls = FakeCalls(tree)
     host = Host(tree, calls=calls)
     a = Agent(host, None, state_dir=tmp_path / "state", run_dir=tmp_path / "run")
