@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from hostd import __version__, knobkinds
+from hostd import __version__, knobkinds, knobs
 from hostd.knobs import Value, is_boot_bound
+from hostd.model.cpus import parse_cpulist
 
 log = logging.getLogger("hostd")
 
@@ -393,3 +394,13 @@ def open_checked(state_dir: Path, boot_id: str, policy_sha: str) -> Journal:
         n = journal.dropped_old_boot
         log.info("journal dropped=%d reason=task-records-from-an-earlier-boot", n)
     return journal
+
+
+def base_affinities(journal: Journal) -> dict[tuple[int, int], frozenset[int]]:
+    """Each thread's affinity before hostd changed it, by (tid, start time): what the planner
+    starts from for a thread hostd already placed (the agent's pass and ``hostd plan`` alike)."""
+    return {
+        knobs.parse_task_key(k): parse_cpulist(str(journal.original(k)))
+        for k in journal.recorded()
+        if k.endswith("/affinity")
+    }

@@ -8,13 +8,15 @@ the CLI, ``tools/golden_plans.py`` and the benchmarks.
 the agent) build a pass's plan with the one pure ``plan()``, from the same inputs, so what
 ``hostd plan`` prints is what ``hostd run`` applies: whether real-time is allowed comes from the
 doctor's probe on a live host, as the agent has it (a fixture tree stands for a host where it
-is).
+is), and a thread hostd already placed is planned from its original affinity, which the
+journal holds (``hostd plan`` reads it where it can).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from hostd.classify import Classified, Classifier
 from hostd.doctor import probe
@@ -36,6 +38,8 @@ class Snapshot:
     classifier: Classifier
     classified: list[Classified]
     allow_rt: bool | None = None  # None: the doctor's probe on a live host, True on a fixture
+    # Each thread's affinity before hostd changed it (the journal's originals; base_affinities)
+    base_affinity: Mapping[tuple[int, int], frozenset[int]] = field(default_factory=dict)
 
     def plan(self) -> Plan:
         """The plan for this snapshot, as the agent would make it on this host; on a live host
@@ -45,7 +49,7 @@ class Snapshot:
         exclude = frozenset({os.getpid()}) if self.host.live else frozenset()
         return plan(
             self.topology, self.classified, self.policy, allow_rt=self.allow_rt,
-            exclude_pids=exclude,
+            exclude_pids=exclude, base_affinity=self.base_affinity,
         )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ from hostd.classify import Classifier
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import Event
-from hostd.journal import JournalError, open_checked, read_boot_id
+from hostd.journal import JournalError, base_affinities, open_checked, read_boot_id
 from hostd.model.cpus import parse_cpulist
 from hostd.plan import Plan, TaskPlanner, plan
 from hostd.policy import PolicyError, load_checked
@@ -121,11 +121,7 @@ class Agent:
         topo = read_topology(self.host)
         tasks = self.cache.rescan()
         classified = self.classifier.classify_all(tasks)
-        base = {
-            knobs.parse_task_key(k): parse_cpulist(str(self.journal.original(k)))
-            for k in self.journal.recorded()
-            if k.endswith("/affinity")
-        }
+        base = base_affinities(self.journal)
         watch = self.watcher.watch
         the_plan = plan(
             topo, classified, self.policy, base_affinity=base, exclude_pids=self.exclude,

@@ -5,13 +5,17 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import typer
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, out, print_json, snapshot
+from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, snapshot
+from hostd.host import Host
+from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
 from hostd.model.cpus import format_cpulist
+from hostd.statedir import DEFAULT_STATE_DIR
 
 
 def plan(
@@ -21,10 +25,19 @@ def plan(
     scope_pid: list[int] = typer.Option(
         [], "--scope-pid", help="Plan only for this process and its descendants (as run does)."
     ),
+    state_dir: str = typer.Option(
+        DEFAULT_STATE_DIR,
+        "--state-dir",
+        envvar="HOSTD_STATE_DIR",
+        help="The agent's journal: threads it already placed are planned from their original "
+        "affinity, as the agent plans them (live host only).",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run)."""
     snap = snapshot(policy, root, scope_pid)
+    if snap.host.live:
+        snap.base_affinity = journal_base(snap.host, state_dir)
     p = snap.plan()
     if as_json:
         print_json(p.to_json())
@@ -103,3 +116,15 @@ def plan(
         out.print(f"NUMA: process {n.pid} {n.comm!r} ({n.layer}) -> node {n.node}")
     for note in p.notes:
         out.print(f"note: {note}")
+
+
+def journal_base(host: Host, state_dir: str) -> dict:
+    """The original affinities the agent's journal holds ({} without a journal); a journal that
+    cannot be read is said once, on stderr."""
+    if not os.path.exists(os.path.join(state_dir, JOURNAL_NAME)):
+        return {}
+    try:
+        return base_affinities(Journal(state_dir, read_boot_id(host)))
+    except (JournalError, OSError) as exc:
+        err.print(f"hostd: note: {exc}; threads hostd placed are planned from their affinity now")
+        return {}

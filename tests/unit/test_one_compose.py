@@ -12,8 +12,10 @@ import pytest
 
 from hostd.agent import Agent
 from hostd.host import Host
+from hostd.journal import base_affinities
 from hostd.policy import load_policy
 from hostd.snapshot import take
+from tests.fakes import FakeCalls, host_copy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hosts"
 HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
@@ -45,3 +47,36 @@ def test_a_fixture_host_has_threads_in_the_inference_policys_real_time_layer():
     rt_layers = {ly.name for ly in policy.layers if ly.sched.policy in ("fifo", "rr")}
     plan = take(Host(FIXTURES / "dgx-h100"), policy, allow_rt=True).plan()
     assert [t for t in plan.tasks if t.layer in rt_layers and t.policy == "fifo"]
+
+
+def test_after_the_agent_placed_threads_hostd_plan_still_shows_what_it_does(tmp_path):
+    """An enforcing agent changes affinities; its next pass plans each thread from the original
+    the journal holds. ``hostd plan`` given the same journal plans the same; without it, from the
+    affinities hostd wrote, it would not."""
+    tree = host_copy(tmp_path)
+    host = Host(tree, calls=FakeCalls(tree))
+    agent = Agent(host, None, state_dir=tmp_path / "state", run_dir=tmp_path / "run")
+    agent.caps.sched = agent.caps.affinity = True
+    agent.pass_once()
+    base = base_affinities(agent.journal)
+    assert base, "the agent placed no thread: nothing to compare"
+    agent.pass_once("drift")
+    assert agent.plan is not None
+    shown = take(host, agent.policy, allow_rt=agent.caps.rt)
+    shown.base_affinity = base
+    assert shown.plan().to_json() == agent.plan.to_json()
+    shown.base_affinity = {}
+    assert shown.plan().to_json() != agent.plan.to_json()
+    agent.journal.close()
+
+
+def test_hostd_plan_reads_the_journal_it_is_given(tmp_path):
+    from hostd.cli.plan import journal_base
+    from hostd.journal import Journal, read_boot_id
+
+    host = Host()
+    assert journal_base(host, str(tmp_path)) == {}  # no journal: nothing to read
+    journal = Journal(tmp_path, read_boot_id(host))
+    journal.record([("task/1@1/affinity", "0-1"), ("task/1@1/nice", 0)])
+    journal.close()
+    assert journal_base(host, str(tmp_path)) == {(1, 1): frozenset({0, 1})}
