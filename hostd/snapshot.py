@@ -8,8 +8,9 @@ the CLI, ``tools/golden_plans.py`` and the benchmarks.
 the agent) build a pass's plan with the one pure ``plan()``, from the same inputs, so what
 ``hostd plan`` prints is what ``hostd run`` applies: whether real-time is allowed comes from the
 doctor's probe on a live host, as the agent has it (a fixture tree stands for a host where it
-is), and a thread hostd already placed is planned from its original affinity, which the
-journal holds (``hostd plan`` reads it where it can).
+is), a thread hostd already placed is planned from its original affinity, which the journal
+holds, and a running agent's demoted sessions and runaways are planned as it plans them
+(``hostd plan`` reads the journal and the agent's status where it can).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class Snapshot:
     allow_rt: bool | None = None  # None: the doctor's probe on a live host, True on a fixture
     # Each thread's affinity before hostd changed it (the journal's originals; base_affinities)
     base_affinity: Mapping[tuple[int, int], frozenset[int]] = field(default_factory=dict)
+    # What a running agent's watch decided (its status file): sessions it demoted, real-time
+    # threads it returned to normal scheduling.
+    demoted_sessions: frozenset[int] = frozenset()
+    runaways: frozenset[tuple[int, int]] = frozenset()
 
     def plan(self) -> Plan:
         """The plan for this snapshot, as the agent would make it on this host; on a live host
@@ -50,6 +55,7 @@ class Snapshot:
         return plan(
             self.topology, self.classified, self.policy, allow_rt=self.allow_rt,
             exclude_pids=exclude, base_affinity=self.base_affinity,
+            demoted_sessions=self.demoted_sessions, runaways=self.runaways,
         )  # fmt: skip
 
 

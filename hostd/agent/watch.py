@@ -188,7 +188,7 @@ class WatchLoop:
         for key in sorted(self.watch.runaways):
             task = self.task(key)
             if task is not None:
-                runaways.append({"tid": task.tid, "comm": task.comm})
+                runaways.append({"tid": task.tid, "start": task.start_time, "comm": task.comm})
         return {
             "enabled": bool(policy.preemptible),
             "active": self.active(),

@@ -11,11 +11,13 @@ from collections import Counter
 import typer
 from rich.table import Table
 
+from hostd.agent.lock import agent_pid
+from hostd.agent.status import read_status
 from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, snapshot
 from hostd.host import Host
 from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
 from hostd.model.cpus import format_cpulist
-from hostd.statedir import DEFAULT_STATE_DIR
+from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR
 
 
 def plan(
@@ -32,12 +34,19 @@ def plan(
         help="The agent's journal: threads it already placed are planned from their original "
         "affinity, as the agent plans them (live host only).",
     ),
+    run_dir: str = typer.Option(
+        DEFAULT_RUN_DIR,
+        "--run-dir",
+        envvar="HOSTD_RUN_DIR",
+        help="A running agent's status: the sessions it demoted are planned as it plans them.",
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run)."""
     snap = snapshot(policy, root, scope_pid)
     if snap.host.live:
         snap.base_affinity = journal_base(snap.host, state_dir)
+        snap.demoted_sessions, snap.runaways = watch_state(run_dir)
     p = snap.plan()
     if as_json:
         print_json(p.to_json())
@@ -128,3 +137,15 @@ def journal_base(host: Host, state_dir: str) -> dict:
     except (JournalError, OSError) as exc:
         err.print(f"hostd: note: {exc}; threads hostd placed are planned from their affinity now")
         return {}
+
+
+def watch_state(run_dir: str) -> tuple[frozenset[int], frozenset[tuple[int, int]]]:
+    """The sessions a running agent demoted and the threads it found running away, by (tid,
+    start time), from its status file (none when no agent runs)."""
+    status = read_status(run_dir) if agent_pid(run_dir) is not None else None
+    preempt = (status or {}).get("preempt") or {}
+    sessions = frozenset(d["session"] for d in preempt.get("demoted", []) if "session" in d)
+    runaways = frozenset(
+        (r["tid"], r["start"]) for r in preempt.get("runaways", []) if {"tid", "start"} <= set(r)
+    )
+    return sessions, runaways

@@ -342,7 +342,9 @@ def test_a_runaway_real_time_thread_returns_to_normal_scheduling(tmp_path):
         agent = Agent(tmp_path, box.root)
         try:
             wait_for(lambda: agent.preempt().get("runaways"), "a runaway", agent)
-            assert agent.preempt()["runaways"] == [{"tid": spinner, "comm": "trtspin"}]
+            runaways = agent.preempt()["runaways"]
+            assert [(r["tid"], r["comm"]) for r in runaways] == [(spinner, "trtspin")]
+            assert runaways[0]["start"] > 0  # hostd plan keys it by (tid, start time)
             assert _policy(spinner) == os.SCHED_OTHER
             assert os.getpriority(os.PRIO_PROCESS, spinner) == -20
             status = hostd("status", "--run-dir", str(agent.run)).stdout

@@ -80,3 +80,41 @@ def test_hostd_plan_reads_the_journal_it_is_given(tmp_path):
     journal.record([("task/1@1/affinity", "0-1"), ("task/1@1/nice", 0)])
     journal.close()
     assert journal_base(host, str(tmp_path)) == {(1, 1): frozenset({0, 1})}
+
+
+def test_hostd_plan_reads_a_running_agents_watch(tmp_path):
+    """The sessions a running agent demoted, and its runaways, from its status file; nothing
+    when no agent holds the pid file."""
+    import fcntl
+    import json
+    import os
+
+    from hostd.cli.plan import watch_state
+
+    status = {
+        "preempt": {
+            "demoted": [{"session": 4350, "seconds": 2.0}],
+            "runaways": [{"tid": 77, "start": 1234, "comm": "spin"}, {"tid": 78}],
+        }
+    }
+    (tmp_path / "status.json").write_text(json.dumps(status))
+    assert watch_state(str(tmp_path)) == (frozenset(), frozenset())  # no agent runs
+    fd = os.open(tmp_path / "agent.pid", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        assert watch_state(str(tmp_path)) == (frozenset({4350}), frozenset({(77, 1234)}))
+    finally:
+        os.close(fd)
+
+
+def test_a_snapshot_plans_demoted_sessions_as_the_agent_does():
+    host = Host(FIXTURES / "dgx-h100")
+    snap = take(
+        host, load_policy(Path(__file__).resolve().parents[2] / "policies" / "training.toml")
+    )
+    sid = host.processes()[5000].session  # stress-ng's session: preemptible work
+    before = {t.tid: t.policy for t in snap.plan().tasks}
+    snap.demoted_sessions = frozenset({sid})
+    after = {t.tid: t.policy for t in snap.plan().tasks}
+    assert after[5000] == "idle" and before.get(5000) != "idle"
