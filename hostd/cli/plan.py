@@ -143,9 +143,17 @@ def watch_state(run_dir: str) -> tuple[frozenset[int], frozenset[tuple[int, int]
     """The sessions a running agent demoted and the threads it found running away, by (tid,
     start time), from its status file (none when no agent runs)."""
     status = read_status(run_dir) if agent_pid(run_dir) is not None else None
-    preempt = (status or {}).get("preempt") or {}
-    sessions = frozenset(d["session"] for d in preempt.get("demoted", []) if "session" in d)
-    runaways = frozenset(
-        (r["tid"], r["start"]) for r in preempt.get("runaways", []) if {"tid", "start"} <= set(r)
+    preempt = status.get("preempt") if isinstance(status, dict) else None
+    if not isinstance(preempt, dict):
+        return frozenset(), frozenset()
+
+    def ints(entry: object, *names: str) -> tuple[int, ...] | None:  # a malformed entry: None
+        got = tuple(entry.get(n) for n in names) if isinstance(entry, dict) else ()
+        return got if got and all(type(v) is int for v in got) else None
+
+    demoted = [ints(d, "session") for d in preempt.get("demoted") or []]
+    runaways = [ints(r, "tid", "start") for r in preempt.get("runaways") or []]
+    return (
+        frozenset(d[0] for d in demoted if d is not None),
+        frozenset((r[0], r[1]) for r in runaways if r is not None),
     )
-    return sessions, runaways

@@ -78,10 +78,12 @@ def test_a_full_pass_applies_journals_reports_and_restores(agent):
     assert not [r for r in report.results if r.outcome == "error"], report.results
     written = {tid for _, tid, _ in agent.calls.writes}
     assert RANK in written and RANK + 1 in written  # the rank's threads, in trainer
-    # Every write was journaled with the value the tree held before.
+    # Every write has its journal record, for that thread and that kind (restore, below,
+    # shows the originals were the tree's values: it gives back every file byte for byte).
+    recorded = set(agent.journal.recorded())
     for kind, tid, _ in agent.calls.writes:
-        key = next(k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@"))
-        assert key, (kind, tid)
+        start = agent.host.start_time(tid)
+        assert f"task/{tid}@{start}/{kind}" in recorded, (kind, tid)
     assert agent.status.last["state"] == "running"
     on_disk = json.loads((Path(agent.status.run_dir) / "status.json").read_text())
     layers = {ly["name"]: ly["threads"] for ly in on_disk["layers"]}

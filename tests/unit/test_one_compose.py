@@ -93,8 +93,14 @@ def test_hostd_plan_reads_a_running_agents_watch(tmp_path):
 
     status = {
         "preempt": {
-            "demoted": [{"session": 4350, "seconds": 2.0}],
-            "runaways": [{"tid": 77, "start": 1234, "comm": "spin"}, {"tid": 78}],
+            "demoted": [{"session": 4350, "seconds": 2.0}, ["session"], {"session": None}],
+            # Malformed entries (a hand-edited file under --run-dir) are left out, not a crash.
+            "runaways": [
+                {"tid": 77, "start": 1234, "comm": "spin"},
+                {"tid": 78},
+                "x",
+                {"tid": "9", "start": 1},
+            ],
         }
     }
     (tmp_path / "status.json").write_text(json.dumps(status))
