@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from hostd.host import Host, HostError
 from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.connector import ProcConnector
+from hostd.host.parsers import parse_preemption
 from hostd.knobkinds import needing
 from hostd.model.topology import Topology
 from hostd.numa import private_pages
@@ -245,6 +246,36 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
             )
         except ImportError as exc:
             f.append(Finding("udev", False, f"pyudev unavailable: {exc}"))
+    f.append(preemption_finding(host))
     if topo is not None and not topo.cpus:
         f.append(Finding("topology", False, "no online CPUs found"))
     return caps
+
+
+def preemption_finding(host: Host) -> Finding:
+    """The kernel's preemption model. Under ``none`` or ``voluntary`` a thread in a system call
+    keeps its CPU until it reaches a rescheduling point, whatever hostd did to its priority:
+    measured here (BENCHMARKS.md, "The I/O cell"), buffered writes to an ext4 file made a woken
+    thread on the writer's CPU wait 2-4 ms at p99 with the writers SCHED_IDLE, in a session at
+    nice 19 or in a ``cpu.idle`` cgroup alike."""
+    p = parse_preemption(
+        host.read_quiet("sys/kernel/debug/sched/preempt"),
+        host.read_quiet("proc/cmdline"),
+        host.kernel_config(),
+        host.read_line("proc/sys/kernel/version"),
+    )
+    if p.model in ("full", "lazy", "rt"):
+        return Finding("preemption", True, f"kernel preemption model {p.model} ({p.source})")
+    advice = "boot with preempt=full" + (
+        " (or write full to /sys/kernel/debug/sched/preempt)" if p.dynamic else ""
+    )
+    if p.model is None:
+        return Finding("preemption", False, f"kernel preemption model unknown: {p.source}")
+    return Finding(
+        "preemption",
+        False,
+        f"kernel preemption model {p.model} ({p.source}): a thread in a system call keeps its "
+        "CPU until it reaches a rescheduling point, so a woken protected thread can wait "
+        "milliseconds behind demoted work that is in the kernel (buffered file writes); where "
+        f"the job's latency matters more than kernel throughput, {advice}",
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import gzip
 import os
 import re
 import stat
@@ -160,6 +161,17 @@ class Host:
             if num.isdigit():
                 out[int(num)] = name.strip()
         return out
+
+    def kernel_config(self) -> str | None:
+        """The running kernel's build configuration (``/proc/config.gz``, else
+        ``/boot/config-RELEASE``), or None where neither is there or readable."""
+        try:
+            with open(self._prefix + "proc/config.gz", "rb") as f:
+                return gzip.decompress(f.read()).decode("utf-8", "replace")
+        except (OSError, EOFError, gzip.BadGzipFile):
+            pass
+        release = self.read_line("proc/sys/kernel/osrelease")
+        return self.read_quiet(f"boot/config-{release}") if release else None
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, rel: str, text: str) -> None:

@@ -272,3 +272,50 @@ def parse_int(text: str | None, default: int | None = None) -> int | None:
 def parse_distance(text: str) -> tuple[int, ...]:
     """A NUMA node's ``distance`` file: one integer per node."""
     return tuple(int(x) for x in text.split())
+
+
+PREEMPT_MODELS = ("none", "voluntary", "full", "lazy", "rt")
+_PREEMPT_CONFIG = (  # the kernel config's choice of model (kernel/Kconfig.preempt)
+    ("CONFIG_PREEMPT_RT", "rt"),
+    ("CONFIG_PREEMPT_LAZY", "lazy"),
+    ("CONFIG_PREEMPT", "full"),
+    ("CONFIG_PREEMPT_VOLUNTARY", "voluntary"),
+    ("CONFIG_PREEMPT_NONE", "none"),
+)
+
+
+class Preemption(NamedTuple):
+    """The kernel's preemption model and where it was read."""
+
+    model: str | None  # one of PREEMPT_MODELS; None: not known
+    dynamic: bool  # PREEMPT_DYNAMIC: the model can be changed at run time (debugfs)
+    source: str
+
+
+def parse_preemption(
+    debugfs: str | None, cmdline: str | None, config: str | None, version: str | None
+) -> Preemption:
+    """The preemption model, from the best source at hand: debugfs ``sched/preempt`` ("none
+    voluntary (full) lazy": the current one in parentheses), the ``preempt=`` boot option, the
+    kernel config (``/proc/config.gz``), or the kernel's version string ("PREEMPT_DYNAMIC",
+    "PREEMPT_RT", "PREEMPT")."""
+    settings = dict(
+        line.split("=", 1) for line in (config or "").splitlines() if line.startswith("CONFIG_")
+    )
+    words = (version or "").split()
+    dynamic = settings.get("CONFIG_PREEMPT_DYNAMIC") == "y" or "PREEMPT_DYNAMIC" in words
+    if debugfs and (match := re.search(r"\((\w+)\)", debugfs)) and match[1] in PREEMPT_MODELS:
+        return Preemption(match[1], True, "/sys/kernel/debug/sched/preempt")
+    if "PREEMPT_RT" in words or settings.get("CONFIG_PREEMPT_RT") == "y":
+        return Preemption("rt", False, "the kernel config" if settings else "the kernel version")
+    boot = re.search(r"(?:^|\s)preempt=(\w+)", cmdline or "")
+    if dynamic and boot and boot[1] in PREEMPT_MODELS:
+        return Preemption(boot[1], True, "the boot option preempt=")
+    for key, model in _PREEMPT_CONFIG:
+        if settings.get(key) == "y":
+            return Preemption(model, dynamic, "the kernel config")
+    if "PREEMPT" in words:
+        return Preemption("full", False, "the kernel version")
+    if version and not dynamic:
+        return Preemption("none", False, "the kernel version (none or voluntary)")
+    return Preemption(None, dynamic, "not readable here")

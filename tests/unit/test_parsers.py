@@ -11,6 +11,7 @@ from hostd.host.parsers import (
     parse_interrupts,
     parse_mountinfo_cgroups,
     parse_nvidia_minor,
+    parse_preemption,
     parse_stat,
     parse_status,
     primary_cgroup,
@@ -155,3 +156,62 @@ def test_masks():
 def test_cpulist_and_mask_round_trip(cpus):
     assert parse_cpulist(format_cpulist(cpus)) == cpus
     assert parse_mask(format_mask(cpus)) == cpus
+
+
+DYN_NONE = (
+    "CONFIG_PREEMPT_BUILD=y\nCONFIG_PREEMPT_NONE=y\n# CONFIG_PREEMPT is not set\n"
+    "CONFIG_PREEMPT_DYNAMIC=y\n"
+)
+
+
+@pytest.mark.parametrize(
+    "debugfs, cmdline, config, version, expected",
+    [
+        # debugfs names the current model in parentheses, whatever the rest says
+        ("none voluntary (full) lazy\n", "", DYN_NONE, "#1 SMP PREEMPT_DYNAMIC", ("full", True)),
+        ("(none) voluntary full lazy\n", "", None, None, ("none", True)),
+        # a dynamic kernel booted with preempt= runs that model, not its config's default
+        (None, "quiet preempt=full ro", DYN_NONE, "#1 SMP PREEMPT_DYNAMIC", ("full", True)),
+        (None, "quiet ro", DYN_NONE, "#1 SMP PREEMPT_DYNAMIC @0", ("none", True)),
+        # a kernel that is not dynamic ignores preempt=
+        (None, "preempt=full", "CONFIG_PREEMPT_VOLUNTARY=y\n", "#1 SMP", ("voluntary", False)),
+        (None, "", "CONFIG_PREEMPT=y\nCONFIG_PREEMPT_BUILD=y\n", "#1 SMP PREEMPT", ("full", False)),
+        (None, "", "CONFIG_PREEMPT_LAZY=y\nCONFIG_PREEMPT=y\n", None, ("lazy", False)),
+        (None, "", "CONFIG_PREEMPT_RT=y\nCONFIG_PREEMPT=y\n", None, ("rt", False)),
+        # without a config: the version string
+        (None, "", None, "#1 SMP PREEMPT_RT Tue", ("rt", False)),
+        (None, "", None, "#1 SMP PREEMPT Tue", ("full", False)),
+        (None, "", None, "#1 SMP Debian 6.1.0", ("none", False)),
+        (None, "", None, "#1 SMP PREEMPT_DYNAMIC Debian", (None, True)),
+        (None, None, None, None, (None, False)),
+        ("garbage", "", None, None, (None, False)),
+    ],
+)
+def test_preemption_model(debugfs, cmdline, config, version, expected):
+    got = parse_preemption(debugfs, cmdline, config, version)
+    assert (got.model, got.dynamic) == expected
+    assert got.source
+
+
+@pytest.mark.parametrize(
+    ("config", "ok", "words"),
+    [
+        (DYN_NONE, False, ["model none (the kernel config)", "preempt=full", "sched/preempt"]),
+        ("CONFIG_PREEMPT_VOLUNTARY=y\n", False, ["model voluntary", "preempt=full"]),
+        ("CONFIG_PREEMPT=y\n", True, ["model full (the kernel config)"]),
+    ],
+)
+def test_the_doctor_names_the_preemption_model_and_what_to_do(tmp_path, config, ok, words):
+    from hostd.doctor import preemption_finding
+    from hostd.host import Host
+
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.18.1-test\n")
+    (tmp_path / "proc/sys/kernel/version").write_text("#1 SMP\n")
+    (tmp_path / "proc/cmdline").write_text("quiet\n")
+    (tmp_path / "boot").mkdir()
+    (tmp_path / "boot/config-6.18.1-test").write_text(config)
+    finding = preemption_finding(Host(tmp_path))
+    assert finding.feature == "preemption" and finding.ok is ok
+    assert all(w in finding.detail for w in words), finding.detail
+    assert ("sched/preempt" in finding.detail) == ("PREEMPT_DYNAMIC=y" in config)
