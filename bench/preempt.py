@@ -25,8 +25,12 @@ repetition (none needs hostd; each puts back what it changed):
   the job runs; SIGTERM puts everything back.
 
 The cgroup arms move the competitors out of the cgroup they were in (and out of their
-autogroup, which applies only in the root cpu cgroup): hostd does not do that (no process leaves
-its cgroup), they are measured to compare.
+autogroup, which applies only in the root cpu cgroup); hostd does that too, for processes of the
+root cpu cgroup only (into its own ``/hostd.demoted``), since 2026-11-25.
+
+``--job wakeup`` measures what a job's wake-ups wait instead of its steps: threads that sleep
+1 ms and then work ``--step-us``/4, each wake-up's lateness (p50/p99/p99.9); ``--pin same`` /
+``--pin apart`` put the competitors on CPU 0 and the job on CPU 0 too / on the other CPUs.
 
 ``--placement scopes`` starts the job and the competitors each in a cgroup of its own under a
 common parent (as systemd puts login sessions and services into scopes and slices, and a
@@ -125,10 +129,58 @@ int main(int argc, char **argv) {
 }
 """
 
+WAKE_C = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double step_us, seconds;
+static double now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9;
+}
+#define CAP 1000000
+static double *late[256]; static long count[256];
+static void *run(void *arg) {
+    long me = (long)arg; double start = now();
+    late[me] = malloc(sizeof(double) * CAP);
+    while (now() - start < seconds) {
+        struct timespec s = {0, 1000000};
+        double t0 = now(); nanosleep(&s, NULL);
+        double t1 = now();
+        if (count[me] < CAP) late[me][count[me]++] = t1 - t0 - 0.001;
+        while (now() - t1 < step_us / 1e6) ;
+    }
+    return NULL;
+}
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y);
+}
+int main(int argc, char **argv) {
+    int threads = atoi(argv[1]); step_us = atof(argv[2]) / 4; seconds = atof(argv[3]);
+    pthread_t th[256];
+    for (long i = 0; i < threads; i++) pthread_create(&th[i], NULL, run, (void *)i);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+    long k = 0;
+    for (int i = 0; i < threads; i++) k += count[i];
+    double *all = malloc(sizeof(double) * k); long j = 0;
+    for (int i = 0; i < threads; i++) for (long n = 0; n < count[i]; n++) all[j++] = late[i][n];
+    qsort(all, k, sizeof(double), cmp);
+    printf("{\"steps_per_s\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f}\n",
+           k / seconds, 1000 * all[k / 2], 1000 * all[(long)(k * 0.99)],
+           1000 * all[(long)(k * 0.999)]);
+    return 0;
+}
+"""
+
 HOGS = "import os\nfor _ in range({n} - 1):\n    if os.fork() == 0: break\nwhile True: pass\n"
-_DD_FILE = (
-    "while :; do dd if=/dev/zero of={dir}/w{i} bs=1M count=256 conv=fdatasync status=none; done"
-)
+_DD_FILE = "while :; do dd if=/dev/zero of={dir}/w{i} bs=1M count=256 {flags} status=none; done"
+_DD_FLAGS = {
+    "file-writer": "conv=fdatasync",
+    "file-buffered": "",
+    "file-direct": "oflag=direct",
+    "tmpfs-writer": "",
+}
 
 
 def competitor(kind: str, ncpu: int, scratch: str) -> list[str]:
@@ -137,13 +189,20 @@ def competitor(kind: str, ncpu: int, scratch: str) -> list[str]:
     ``python``: 2 x CPUs busy loops (user mode). ``dev-zero``: 2 x CPUs ``dd`` copies from
     /dev/zero to /dev/null (kernel mode, no file system: the kernel offers to reschedule every
     page). ``file-writer``: 2 ``dd ... conv=fdatasync`` loops writing 256 MiB files to disk (the
-    trainer matrix's io contention: kernel mode, page cache, writeback)."""
+    trainer matrix's io contention: kernel mode, page cache, writeback); ``file-buffered``: the
+    same without fdatasync (page cache, writeback later); ``file-direct``: with O_DIRECT (no
+    page cache); ``tmpfs-writer``: the buffered loops into /dev/shm (page cache, no file system
+    on disk, no writeback)."""
     if kind == "python":
         return [sys.executable, "-c", HOGS.format(n=2 * ncpu)]
     if kind == "dev-zero":
         loops = ["dd if=/dev/zero of=/dev/null bs=1M status=none"] * (2 * ncpu)
     else:
-        loops = [f"{_DD_FILE.format(dir=scratch, i=i)}" for i in range(2)]
+        where = "/dev/shm" if kind == "tmpfs-writer" else scratch
+        loops = [
+            _DD_FILE.format(dir=where, i=f"{i}-{os.getpid()}", flags=_DD_FLAGS[kind])
+            for i in range(2)
+        ]
     return ["sh", "-c", " & ".join(loops) + " & wait"]
 
 
@@ -328,7 +387,7 @@ def run_arm(
             hogs = subprocess.Popen(
                 competitor(args.competitor, ncpu, args.scratch),
                 start_new_session=True,
-                preexec_fn=(lambda: scopes.enter(scopes.hogs)) if scopes else None,
+                preexec_fn=lambda: _enter(scopes, "hogs", args.hog_cpus),
             )  # fmt: skip
             time.sleep(0.5)
             pids = _session(hogs.pid)
@@ -350,10 +409,11 @@ def run_arm(
                 cgroup.set(arm)
                 for pid in pids:
                     cgroup.join(pid)
+        threads = len(args.job_cpus) if args.job_cpus else ncpu
         out = subprocess.run(
-            [job, str(ncpu), str(args.step_us), str(args.seconds)],
+            [job, str(threads), str(args.step_us), str(args.seconds)],
             capture_output=True, text=True, start_new_session=True, timeout=args.seconds + 120,
-            preexec_fn=(lambda: scopes.enter(scopes.job)) if scopes else None,
+            preexec_fn=lambda: _enter(scopes, "job", args.job_cpus),
         )  # fmt: skip
         return json.loads(out.stdout)
     finally:
@@ -368,6 +428,14 @@ def run_arm(
         if cgroup is not None:
             time.sleep(0.2)
             cgroup.remove()
+
+
+def _enter(scopes: Scopes | None, who: str, cpus: set[int] | None) -> None:
+    """In the child before exec: its scope (``--placement scopes``) and CPUs (``--pin``)."""
+    if scopes is not None:
+        scopes.enter(getattr(scopes, who))
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def _session(sid: int) -> list[int]:
@@ -390,29 +458,44 @@ def render(runs: list[dict], info: dict, args: argparse.Namespace) -> str:
         f"{'on' if info['autogroup'] else 'off'} ({info['where']}, {info['when']})",
         "",
         f"`bench/preempt.py --reps {args.reps} --seconds {args.seconds:g} --step-us "
-        f"{args.step_us:g} --placement {args.placement} --competitor {args.competitor}`: "
-        f"{info['ncpu']} job threads against {info['competitor']}; {info['placement']}.",
+        f"{args.step_us:g} --placement {args.placement} --competitor {args.competitor} --job "
+        f"{args.job} --pin {args.pin}`: the job against {info['competitor']}; "
+        f"{info['placement']}.",
         "",
         "| arm | steps/s (median) | vs alone, median | vs alone, worst rep | step p99 ms |",
         "|---|---:|---:|---:|---:|",
     ]
+    if args.job == "wakeup":
+        lines[-2:] = [
+            "| arm | wakeups/s (median) | vs alone, median | vs alone, worst rep | "
+            "wakeup late p50 / p99 / p99.9 ms (medians over repetitions) |",
+            "|---|---:|---:|---:|---|",
+        ]
     by_rep: dict[int, dict[str, dict]] = {}
     for r in runs:
         by_rep.setdefault(r["rep"], {})[r["arm"]] = r
     for arm in ARMS:
-        rel, rates, p99 = [], [], []
+        rel, rates, p50, p99, p999 = [], [], [], [], []
         for rep in by_rep.values():
             r, alone = rep.get(arm), rep.get("alone")
             if r and "steps_per_s" in r:
                 rates.append(r["steps_per_s"])
+                p50.append(r["p50_ms"])
                 p99.append(r["p99_ms"])
+                p999.append(r.get("p999_ms", 0.0))
                 if alone and alone.get("steps_per_s"):
                     rel.append(r["steps_per_s"] / alone["steps_per_s"])
         if not rates:
             continue
+        late = (
+            f"{statistics.median(p50):.2f} / {statistics.median(p99):.2f} / "
+            f"{statistics.median(p999):.2f}"
+            if args.job == "wakeup"
+            else f"{statistics.median(p99):.1f}"
+        )
         lines.append(
             f"| {arm} | {statistics.median(rates):.1f} | {statistics.median(rel):.2f} | "
-            f"{min(rel):.2f} | {statistics.median(p99):.1f} |"
+            f"{min(rel):.2f} | {late} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -430,10 +513,23 @@ def main() -> None:
         "the competitors each in a cgroup of its own",
     )  # fmt: skip
     ap.add_argument(
-        "--competitor", choices=("python", "dev-zero", "file-writer"), default="python",
+        "--competitor", choices=("python", "dev-zero", *_DD_FLAGS), default="python",
         help="the contention (see ``competitor``)",
     )  # fmt: skip
+    ap.add_argument(
+        "--job", choices=("barrier", "wakeup"), default="barrier",
+        help="barrier: threads that step together (steps/s); wakeup: threads that sleep 1 ms "
+        "and work step-us/4, measuring how late each wakeup runs",
+    )  # fmt: skip
+    ap.add_argument(
+        "--pin", choices=("none", "same", "apart"), default="none",
+        help="same: the competitors and one job thread on CPU 0; apart: the competitors on CPU "
+        "0, the job on the other CPUs",
+    )  # fmt: skip
     args = ap.parse_args()
+    every = sorted(os.sched_getaffinity(0))
+    args.hog_cpus = {every[0]} if args.pin != "none" else None
+    args.job_cpus = {"none": None, "same": {every[0]}, "apart": set(every[1:])}[args.pin]
     if os.geteuid() != 0:
         sys.exit("bench/preempt.py needs root (SCHED_IDLE, autogroups, cgroups)")
     arms = [a.strip() for a in args.arms.split(",")]
@@ -459,7 +555,13 @@ def main() -> None:
             "python": f"{2 * ncpu} busy Python loops",
             "dev-zero": f"{2 * ncpu} dd copies /dev/zero -> /dev/null",
             "file-writer": "2 dd loops writing 256 MiB files with fdatasync",
-        }[args.competitor],
+            "file-buffered": "2 dd loops writing 256 MiB files (buffered, no fdatasync)",
+            "file-direct": "2 dd loops writing 256 MiB files with O_DIRECT",
+            "tmpfs-writer": "2 dd loops writing 256 MiB files into /dev/shm",
+        }[args.competitor]
+        + {"none": "", "same": ", pinned to the job's CPU", "apart": ", pinned apart from the job"}[
+            args.pin
+        ],
     }
     runs = []
     with (
@@ -468,7 +570,7 @@ def main() -> None:
     ):
         args.scratch = scratch  # on disk, not tmpfs: the file writers' files
         src, job = Path(tmp) / "job.c", Path(tmp) / "job"
-        src.write_text(JOB_C)
+        src.write_text(WAKE_C if args.job == "wakeup" else JOB_C)
         cc = shutil.which("gcc") or shutil.which("cc")
         if cc is None:
             sys.exit("bench/preempt.py needs gcc")
@@ -479,6 +581,9 @@ def main() -> None:
         finally:
             if scopes is not None:
                 scopes.remove()
+            for i in range(2):  # the tmpfs writers' files
+                with contextlib.suppress(OSError):
+                    os.unlink(f"/dev/shm/w{i}-{os.getpid()}")
     text = render(runs, info, args)
     print(text)
     if args.json:

@@ -36,6 +36,7 @@ KINDS: tuple[Spec, ...] = (
     numa.NUMA,
     sched.PREEMPTED,
     group.GROUP_CPU,
+    group.DEMOTED_HOME,
 )
 BY_KIND: dict[str, Spec] = {s.kind: s for s in KINDS}
 BY_SHAPE: dict[tuple[str, str], Spec] = {(s.scope, s.name): s for s in KINDS}

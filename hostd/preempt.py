@@ -347,7 +347,9 @@ def explain(
             "at once)"
             + (f" and its session weighs nice {cfg.session_nice}" if cfg.session_nice is not None
                else "")
-            + " (and its cgroup yields as a whole, cpu.idle, where it holds nothing else)"
+            + " (and its cgroup yields as a whole, cpu.idle, where it holds nothing else; "
+            "its processes in the root cgroup, whose threads are all preemptible, move to "
+            "hostd's cgroup /hostd.demoted, cpu.idle, until it is released)"
             + f"; released when the job leaves or after {cfg.release_after:g} s of wanting "
             f"under {cfg.busy / 4:g} CPUs"
         )  # fmt: skip

@@ -106,7 +106,7 @@ class Demotions:
         planner, journal = agent.planner, agent.journal
         if planner is not None:
             planner.demoted.discard(sid)
-        loop.weights.release([k for k, sids in loop.weights.groups.items() if sid in sids], why)
+        loop.weights.leave(sid, why)
         key = self.keys.pop(sid, None)
         self.since.pop(sid, None)
         self.typical.pop(sid, None)

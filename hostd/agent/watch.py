@@ -25,12 +25,11 @@ from hostd.agent import loop
 from hostd.agent.demotion import Demotions
 from hostd.agent.guard import Guard, boost_value
 from hostd.agent.sampling import Sampler
-from hostd.agent.weights import GroupWeights
+from hostd.agent.weights import GroupWeights, path_of
 from hostd.plan import may_touch
 from hostd.policy import Policy
 from hostd.preempt import Key, Watch, demoted_summary, shielding_layers
 from hostd.reconcile import Observed, PassReport, desired_for_tasks
-from hostd.sched import group
 
 if TYPE_CHECKING:
     from hostd.agent.core import Agent
@@ -196,7 +195,7 @@ class WatchLoop:
             "preemptible_layers": sorted(policy.preemptible),
             "busy_cpus": policy.preempt.busy,
             "demoted": demoted_summary(self.watch.demoted, now),
-            "demoted_cgroups": sorted(key[len(group.PREFIX) :] for key in self.weights.groups),
+            "demoted_cgroups": sorted(path_of(key) for key in self.weights.groups),
             "guard": policy.guard.enabled,
             "boosting": len(self.guard.boosted),
             "runaways": runaways,

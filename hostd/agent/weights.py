@@ -6,15 +6,23 @@ Where every process in the cgroup (and below it) belongs to demoted sessions
 ``hostd.sched.group``) is journaled and written; checked again every tick: a process of another
 session that joins it gives the cgroup its weight back at once, as does the release of the
 sessions in it.
+
+A demoted session's processes that sit in the root cpu cgroup (where a session's weight is its
+autogroup's) are moved into hostd's own cgroup ``/hostd.demoted`` (``cpu.idle = 1``:
+``hostd.sched.group.DEMOTED_HOME``, journaled before anything moves), when every thread of
+theirs is in a preemptible layer; they go back to the root when their session is released, when
+they leave it, and when the cgroup is removed (a stop, ``hostd restore``), with every process
+born in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from hostd import knobkinds
-from hostd.host import HostError
+from hostd import knobkinds, knobs
+from hostd.host import Gone, HostError
 from hostd.model.cpus import home_of
 from hostd.preempt import why_group_kept
 from hostd.reconcile import Observed, restore_keys
@@ -25,6 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostd")
 MAX_GROUPS = 64  # a demoted session's cgroup with more cgroups below it is not weighed
+
+
+def path_of(key: str) -> str:
+    """The cgroup a key of this module names ("/user.slice/x.scope", "/hostd.demoted")."""
+    return knobs.parse_key(key).ident
 
 
 class GroupWeights:
@@ -72,7 +85,9 @@ class GroupWeights:
         loop = self.loop
         agent, demoted = loop.agent, loop.watch.demoted
         paths = {p for pid in sessions.get(sid, []) if (p := self.cpu_group(pid)) is not None}
-        for path in sorted(paths):
+        if "/" in paths:
+            self.move_in(sid, sessions)
+        for path in sorted(paths - {"/"}):
             key = group.key_of(path)
             if key in self.groups:
                 self.groups[key].add(sid)
@@ -100,6 +115,85 @@ class GroupWeights:
                 loop.counters["group_demotions"] += 1
                 loop.note("demote", f"cgroup {path}: {want['file']} {want['value']}", session=sid)
 
+    # -- hostd's cgroup for demoted processes of the root cgroup -----------------------------
+    def movable(self, pid: int) -> bool:
+        """A process in the root cpu cgroup (v2: not split into threaded children either),
+        watched, all of whose threads are in preemptible layers."""
+        agent = self.loop.agent
+        proc = agent.cache.procs.get(pid)
+        found = group.mount(agent.host.root)
+        if found is None or proc is None or proc.is_kthread or pid in agent.exclude:
+            return False
+        if (agent.host.cgroups(pid) or {}).get("cpu" if found[0] == 1 else "") != "/":
+            return False
+        tasks = self.loop.session_tasks([pid])
+        layers = {getattr(agent.inc.classified.get(t.tid), "layer", None) for t in tasks}
+        return bool(tasks) and layers <= set(agent.policy.preemptible)
+
+    def move_in(self, sid: int, sessions: dict[int, list[int]]) -> None:
+        """Move demoted session ``sid``'s movable processes into /hostd.demoted (made and
+        journaled first)."""
+        agent = self.loop.agent
+        pids = [pid for pid in sessions.get(sid, []) if self.movable(pid)]
+        if not pids:
+            return
+        if agent.mode != "enforce":
+            log.info("preempt home session=%d would move %d processes to %s", sid, len(pids),
+                     group.HOME)  # fmt: skip
+            return
+        if group.HOME_KEY not in self.groups:
+            report = agent.reconcile({group.HOME_KEY: True}, Observed(()), only=())
+            outcome = report.results[0].outcome if report.results else "none"
+            if outcome != "applied" and not (outcome == "none" and group.HOME_KEY in agent.journal):
+                detail = report.results[0].detail if report.results else ""
+                log.info("preempt home %s not made (%s %s): the session keeps its autogroup weight",
+                         group.HOME, outcome, detail)  # fmt: skip
+                return
+            self.groups[group.HOME_KEY] = set()
+        self.groups[group.HOME_KEY].add(sid)
+        _, _, rel = group.home_dir(agent.host)
+        moved = 0
+        for pid in pids:
+            try:
+                agent.host.write(f"{rel}/cgroup.procs", str(pid))
+                moved += 1
+            except Gone:
+                pass
+            except HostError as exc:
+                log.info("preempt home pid=%d not moved: %s", pid, exc)
+        log.info("preempt home session=%d moved=%d into=%s", sid, moved, group.HOME)
+        self.loop.counters["home_moves"] += moved
+        self.loop.note("demote", f"{moved} process(es) moved into {group.HOME} (cpu.idle)",
+                       session=sid)  # fmt: skip
+
+    def move_out(self, keep: set[int], why: str) -> None:
+        """Move every process in /hostd.demoted whose session is not in ``keep`` back to the
+        root cgroup (where every process in it came from); the cgroup goes once it is empty."""
+        agent = self.loop.agent
+        members = self.members(group.HOME)
+        if members is None:
+            return
+        _, mount, _ = group.home_dir(agent.host)
+        for pid, sid in members.items():
+            if sid in keep:
+                continue
+            with contextlib.suppress(Gone):
+                try:
+                    agent.host.write(f"{mount}/cgroup.procs", str(pid))
+                except HostError as exc:
+                    log.warning("preempt home pid=%d not moved back: %s", pid, exc)
+        if not keep:
+            self.release([group.HOME_KEY], why)
+
+    def leave(self, sid: int, why: str) -> None:
+        """Session ``sid`` is released: its processes leave hostd's cgroup, its cgroups get their
+        weight back."""
+        sids = self.groups.get(group.HOME_KEY)
+        if sids is not None and sid in sids:
+            sids.discard(sid)
+            self.move_out(sids, why)
+        self.release([k for k, s in self.groups.items() if sid in s], why)
+
     def release(self, keys: list[str], why: str) -> None:
         agent = self.loop.agent
         for key in keys:
@@ -110,12 +204,17 @@ class GroupWeights:
                     if r.outcome not in ("restored", "gone"):
                         log.warning("preempt group release key=%s outcome=%s %s",
                                     key, r.outcome, r.detail)  # fmt: skip
-            log.info("preempt group release cgroup=%s why=%r", key[len(group.PREFIX) :], why)
+            log.info("preempt group release cgroup=%s why=%r", path_of(key), why)
 
     def check(self) -> None:
         """A weighed-down cgroup that now holds anything but demoted work gets its weight back."""
+        sids = self.groups.get(group.HOME_KEY)
+        if sids is not None:
+            self.move_out(sids & set(self.loop.watch.demoted), "its session is not demoted")
         for key in list(self.groups):
-            path = key[len(group.PREFIX) :]
+            if key == group.HOME_KEY:
+                continue
+            path = path_of(key)
             why = why_group_kept(path, self.members(path), self.loop.watch.demoted)
             if why is not None:
                 self.release([key], why)

@@ -271,7 +271,12 @@ def preempt_lines(pre: dict) -> list[str]:
                 f"{d['demand_at_demotion']:.2f} CPUs, now {d['demand_now']:.2f}"
             )
         for path in pre.get("demoted_cgroups", []):
-            lines.append(f"  cgroup {path} yields as a whole (it holds only demoted work)")
+            what = (
+                "hostd's cgroup for demoted processes of the root cgroup"
+                if path == "/hostd.demoted"
+                else "it holds only demoted work"
+            )
+            lines.append(f"  cgroup {path} yields as a whole ({what})")
     counts = pre.get("counts", {})
     if pre.get("guard"):
         lines.append(

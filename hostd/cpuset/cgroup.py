@@ -3,7 +3,8 @@
 Mechanism (the planner's documented choice, see ``hostd.plan``): hostd never moves a process
 out of the cgroup it lives in, because on v2 that would change every controller of the process
 (its memory limit, its io weight) and confuse whoever manages it (systemd, a container runtime).
-It only changes which cpuset a *thread* is in:
+It only changes which cpuset a *thread* is in. (The one process hostd moves is a demoted one
+of the root cpu cgroup, into ``/hostd.demoted`` and back: ``hostd.sched.group``.)
 
 * **v1**: hostd keeps its own cgroups ``/hostd/<layer>`` in the cpuset hierarchy and moves
   threads that sit in the root cpuset into them, thread by thread (v1's ``tasks`` file takes one

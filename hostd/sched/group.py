@@ -12,12 +12,13 @@ Key ``cgroup/cpu/<path>``: ``<path>`` is the cgroup in the hierarchy of the cpu 
 v1 ``cpu`` mount, else the v2 one). Value ``{"ino": N, "file": "cpu.idle", "value": 0}``: the
 cgroup's inode is the kernel's identity of it, so a write (a restore too) goes only to the very
 cgroup whose value was read, never to one made again under the same path. ``hostd.agent.weights``
-decides which cgroups (``hostd.preempt.why_group_kept``) and journals them; it never moves a
-process out of its cgroup.
+decides which cgroups (``hostd.preempt.why_group_kept``) and journals them; it moves no process
+out of its cgroup, except out of the root into hostd's own ``/hostd.demoted`` (below).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 
@@ -126,4 +127,80 @@ GROUP_CPU = knobs.Spec(
     apply_order=99,  # the agent writes it (hostd.agent.weights), never a pass
     agent_owned=True,
     check_key=_check_key,
+)
+
+
+# -- hostd's own cgroup for demoted work that sits in the root cgroup ---------------------------
+# Autogroups (a session's weight) apply only in the root cpu cgroup, and an autogroup never
+# competes as idle: a job thread that wakes waits for a demoted session's slice to end
+# (measured: wake-up p99 0.61 ms, p99.9 3.5 ms against busy loops, against 0.12 and 0.47 ms with
+# the loops in a cgroup with cpu.idle = 1; BENCHMARKS.md, "The I/O cell"). So a demoted
+# session's processes that sit in the root cpu cgroup are moved into one cgroup of hostd's own,
+# /hostd.demoted, with ``cpu.idle = 1`` (else the least weight). Only processes of the root
+# are ever moved into it, so the root is where every process in it goes back: removing it (a
+# release, a stop, ``hostd restore`` after a crash) first moves every process left in it,
+# children born in it included, back to the root.
+HOME = "/hostd.demoted"
+HOME_PREFIX = "cgroup/cpuhome"
+HOME_KEY = HOME_PREFIX + HOME
+
+
+def home_dir(host: Host) -> tuple[int, str, str]:
+    """(cgroup version, the cpu hierarchy's mount, hostd's cgroup in it), relative to root."""
+    version, rel = _dir(host, HOME_KEY)
+    return version, rel[: -len(HOME)], rel
+
+
+def _read_home(host: Host, key: str) -> bool | None:
+    _, _, rel = home_dir(host)
+    return True if host.inode(rel) is not None else None
+
+
+def _write_home(host: Host, key: str, value: object) -> None:
+    version, mount, rel = home_dir(host)
+    if value is None:
+        if host.inode(rel) is None:
+            return
+        for _ in range(20):  # a process may fork while it is moved: empty it until it is empty
+            left = (host.read_quiet(f"{rel}/cgroup.procs") or "").split()
+            if not left:
+                break
+            for pid in left:
+                with contextlib.suppress(Gone):
+                    host.write(f"{mount}/cgroup.procs", pid)
+        host.rmdir(rel)
+        return
+    if value is not True:
+        raise HostError(errno.EINVAL, key, f"{value!r} is not true or none")
+    made = host.mkdir(rel)
+    try:
+        name = _file(host, key, version, rel)
+        host.write(f"{rel}/{name}", str(SETTINGS[name][0]))
+    except HostError:
+        if made:
+            with contextlib.suppress(HostError):
+                host.rmdir(rel)
+        raise
+
+
+def _check_home(value: object) -> str | None:
+    return None if value is None or value is True else f"{value!r} is not true or none"
+
+
+def _check_home_key(key: knobs.KnobKey) -> str | None:
+    return None if key.ident == HOME else f"hostd's cgroup for demoted work is {HOME}"
+
+
+DEMOTED_HOME = knobs.Spec(
+    "demoted_home",
+    HOME_PREFIX + "/PATH",
+    _read_home,
+    _write_home,
+    _check_home,
+    noun="hostd's cgroup (cpu.idle) for demoted processes of the root cgroup",
+    apply_order=99,  # the agent writes it (hostd.agent.weights), never a pass
+    restore_phase=2,  # after the threads' and sessions' own records
+    agent_owned=True,
+    host_wide=True,  # a cgroup at the root of the host's hierarchy: never from a sidecar
+    check_key=_check_home_key,
 )

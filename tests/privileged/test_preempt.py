@@ -36,6 +36,11 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the agent changes real threads"),
     pytest.mark.skipif(HOSTD is None, reason="the hostd console script is not installed"),
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 CPUs"),
+    pytest.mark.skipif(
+        Path("/sys/fs/cgroup/cpu/hostd.demoted").exists()
+        or Path("/sys/fs/cgroup/hostd.demoted").exists(),
+        reason="a hostd agent on this host has demoted work (its cgroup hostd.demoted exists)",
+    ),
 ]
 
 # The sandbox's processes. Roles: "root" starts the others and prints their pids as JSON;
@@ -151,11 +156,12 @@ class Sandbox:
         return sorted(found)
 
     def threads(self) -> dict[int, tuple]:
-        """(policy, priority, nice, autogroup line) of every thread of the tree, by tid."""
+        """(policy, priority, nice, autogroup nice, cpu cgroup) of every thread of the tree."""
         state = {}
         for pid in self.tree():
             with contextlib.suppress(OSError):
                 autogroup = Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
+                cgroup = _cpu_cgroup(pid)
                 for tid in map(int, os.listdir(f"/proc/{pid}/task")):
                     with contextlib.suppress(OSError):
                         state[tid] = (
@@ -163,6 +169,7 @@ class Sandbox:
                             os.sched_getparam(tid).sched_priority,
                             os.getpriority(os.PRIO_PROCESS, tid),
                             autogroup,
+                            cgroup,
                         )
         return state
 
@@ -201,6 +208,33 @@ def _autogroup(pid: int) -> str:
     return Path(f"/proc/{pid}/autogroup").read_text().split()[-1]
 
 
+def _cpu_mount() -> tuple[int, Path] | None:
+    import hostd.sched.group as group
+
+    found = group.mount("/")
+    return None if found is None else (found[0], Path("/") / found[1])
+
+
+def _cpu_cgroup(pid: int) -> str:
+    """The process's cgroup in the cpu controller's hierarchy ("/": the root)."""
+    found = _cpu_mount()
+    want = "cpu" if found and found[0] == 1 else ""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (want in controllers.split(",")) if want else not controllers:
+            return path
+    return "?"
+
+
+# hostd's own cgroup for demoted processes of the root cpu cgroup (hostd.sched.group.HOME)
+HOME = _cpu_mount()[1] / "hostd.demoted" if _cpu_mount() else None
+
+
+def _at_home(pids: list[int]) -> bool:
+    """The processes are in /hostd.demoted, which yields (cpu.idle = 1, else least weight)."""
+    return all(_cpu_cgroup(p) == "/hostd.demoted" for p in pids) and _yields(HOME)
+
+
 class Agent(agentproc.Agent):
     def __init__(self, tmp: Path, scope: int, *extra: str, policy: Path = POLICY) -> None:
         super().__init__(tmp, scope, *extra, policy=policy)
@@ -215,16 +249,19 @@ def hostd(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _demoted(box: Sandbox) -> bool:
+def _demoted(box: Sandbox, home: bool = False) -> bool:
+    """The busy session's threads SCHED_IDLE, its autogroup nice 19 and (``home``: it started
+    in the root cpu cgroup) its processes in hostd's cgroup."""
     busy = [box.pids["busy"], *box.kids("busy")]
     idle = all(_policy(pid) == os.SCHED_IDLE for pid in busy)
-    return idle and (not AUTOGROUPS or _autogroup(box.pids["busy"]) == "19")
+    grouped = not AUTOGROUPS or _autogroup(box.pids["busy"]) == "19"
+    return idle and grouped and (not home or _at_home(busy))
 
 
-def _start_demoted(tmp: Path, box: Sandbox) -> Agent:
+def _start_demoted(tmp: Path, box: Sandbox, home: bool = True) -> Agent:
     agent = Agent(tmp, box.root)
     agent.wait_passes(1)
-    wait_for(lambda: _demoted(box), "the busy session demoted", agent)
+    wait_for(lambda: _demoted(box, home), "the busy session demoted", agent)
     return agent
 
 
@@ -241,8 +278,10 @@ def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_p
         agent = _start_demoted(tmp_path, box)
         try:
             assert _policy(box.pids["job"]) == os.SCHED_OTHER  # the job itself is untouched
+            assert _cpu_cgroup(box.pids["job"]) == "/"
             born = box.more()  # a child and a thread born in the demoted session ...
             assert all(_policy(t) == os.SCHED_IDLE for t in born)  # ... inherit SCHED_IDLE
+            assert _at_home(born)  # ... and hostd's cgroup
             wait_for(lambda: agent.preempt().get("demoted"), "status.json says so", agent)
             pre = agent.preempt()
             assert pre["active"] and [d["session"] for d in pre["demoted"]] == [box.pids["busy"]]
@@ -256,7 +295,9 @@ def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_p
         assert agent.proc.returncode == 0, log
         _back_as_before(box, before, born)
         assert "preempt demote session=" in log and "Traceback" not in log
+        assert f"preempt home session={box.pids['busy']} moved=2" in log
         assert not (agent.state / "journal.jsonl").exists()
+        assert not HOME.exists()  # emptied into the root (the born child too) and removed
 
 
 def test_kill_9_then_restore_also_restores_what_was_born_after_the_crash(tmp_path):
@@ -265,11 +306,14 @@ def test_kill_9_then_restore_also_restores_what_was_born_after_the_crash(tmp_pat
         agent = _start_demoted(tmp_path, box)
         born = box.more()
         agent.stop(signal.SIGKILL)
-        born += box.more()  # born while no agent runs: only the session record knows it
-        assert all(_policy(t) == os.SCHED_IDLE for t in born)
-        out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        try:
+            born += box.more()  # born while no agent runs: only the session record knows it
+            assert all(_policy(t) == os.SCHED_IDLE for t in born) and _at_home(born)
+        finally:
+            out = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         assert out.returncode == 0, out.stdout + out.stderr
         _back_as_before(box, before, born)
+        assert all(_cpu_cgroup(pid) == "/" for pid in born) and not HOME.exists()
         again = hostd("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         assert again.returncode == 0 and "nothing to do" in again.stdout
 
@@ -289,6 +333,8 @@ def test_the_session_is_released_when_the_job_leaves(tmp_path):
             )
             if AUTOGROUPS:
                 assert _autogroup(box.pids["busy"]) == "0"
+            wait_for(lambda: not HOME.exists(), "hostd's cgroup emptied and removed", agent)
+            assert all(_cpu_cgroup(p) == "/" for p in busy + born)
             wait_for(
                 lambda: agent.preempt().get("counts", {}).get("releases"),
                 "status.json says so",
@@ -395,7 +441,7 @@ def _tenant_weighed_down(tmp_path, box, tenant):
         (tenant / "cgroup.procs").write_text(str(pid))
     setting = _setting(tenant)
     before = box.threads()
-    agent = _start_demoted(tmp_path, box)
+    agent = _start_demoted(tmp_path, box, home=False)
     try:
         wait_for(lambda: _yields(tenant), "the tenant cgroup weighed down", agent)
     except BaseException:

@@ -127,10 +127,38 @@ def test_group_cpu_knob_reads_writes_and_never_writes_a_cgroup_made_again(tree):
         ("cgroup/cpu/a.scope", {"ino": -1, "file": "cpu.idle", "value": 1}, "an inode number"),
         ("cgroup/cpu/a.scope", {"file": "cpu.idle", "value": 1}, "is not a cgroup CPU weight"),
         ("cgroup/cpu/a.scope", {"ino": 3, "file": "cpu.weight", "value": 1}, None),
+        # hostd's cgroup for demoted root processes: that one path, present or absent
+        ("cgroup/cpuhome/hostd.demoted", True, None),
+        ("cgroup/cpuhome/hostd.demoted", None, None),
+        ("cgroup/cpuhome/hostd.demoted", {"file": "cpu.idle"}, "is not true or none"),
+        ("cgroup/cpuhome/user.slice", True, "is /hostd.demoted"),
+        ("cgroup/cpuhome/", True, "is /hostd.demoted"),
     ],
 )
-def test_group_cpu_journal_checks(key, value, problem):
+def test_group_cpu_journal_checks(key, value, problem):  # and demoted_home's
     import hostd.sched.group  # noqa: F401
 
     got = knobkinds.check_key(key) or knobkinds.check_value(key, value)
     assert (got is None) if problem is None else (problem in got), got
+
+
+def test_demoted_home_is_made_idle_and_emptied_into_the_root_when_removed(tree):
+    """On a fixture v2 tree (a plain folder: mkdir makes a plain directory, whose control files
+    the test writes as the kernel would show them)."""
+    import hostd.sched.group as group
+
+    group.mount.cache_clear()
+    host, home = Host(tree), tree / "sys/fs/cgroup/hostd.demoted"
+    assert knobkinds.read(host, group.HOME_KEY) is None
+    home.mkdir()
+    (home / "cpu.idle").write_text("0\n")
+    knobkinds.write(host, group.HOME_KEY, True)
+    assert (home / "cpu.idle").read_text() == "1\n" and knobkinds.read(host, group.HOME_KEY)
+    (home / "cpu.idle").unlink()  # (a plain folder: rmdir needs it empty, as a cgroup's is)
+    knobkinds.write(host, group.HOME_KEY, None)  # nothing in it to move back: removed
+    assert not home.exists() and knobkinds.read(host, group.HOME_KEY) is None
+    # a cgroup without the cpu controller enabled: refused, and not left behind
+    with pytest.raises(HostError) as err:
+        knobkinds.write(host, group.HOME_KEY, True)
+    assert "not enabled" in str(err.value) and not home.exists()
+    group.mount.cache_clear()

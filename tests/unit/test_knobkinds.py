@@ -28,6 +28,7 @@ EXPECTED = {
     "numa": ("task/PID@START/numa", 9, 1, "task"),
     "preempted": ("session/SID@SINCE/preempted", 99, -1, "agent"),
     "group_cpu": ("cgroup/cpu/PATH", 99, 1, "agent"),
+    "demoted_home": ("cgroup/cpuhome/PATH", 99, 2, "agent host"),
 }
 
 
@@ -47,6 +48,9 @@ def test_the_registry_lists_every_kind_with_its_key_and_order():
     assert all(s.noun for s in KINDS)  # `hostd doctor` names what it leaves out by it
 
 
+_EXAMPLE_PATH = {"cgroup": "hostd/trainer", "demoted_home": "hostd.demoted"}
+
+
 def _example(spec: knobs.Spec) -> str:
     """A real key of the spec's shape."""
     return (
@@ -54,7 +58,7 @@ def _example(spec: knobs.Spec) -> str:
         .replace("PID@START", "4242@81234")
         .replace("SID@SINCE", "4242@81234")
         .replace("/N/", "/3/")
-        .replace("PATH", "hostd/trainer" if spec.kind == "cgroup" else "user.slice/x.scope")
+        .replace("PATH", _EXAMPLE_PATH.get(spec.kind, "user.slice/x.scope"))
     )
 
 
@@ -85,14 +89,16 @@ def test_restore_goes_by_phase_then_reverse_journal_order():
         "nice",
         "sched",
         "affinity",
+        "demoted_home",  # phase 2, journaled after the cpuset cgroup: emptied and removed first
         "cgroup",
         "subtree",
     ]
 
 
 def test_the_gates_read_the_specs():
-    assert kinds(agent_owned=True) == {"preempted", "group_cpu"}
+    assert kinds(agent_owned=True) == {"preempted", "group_cpu", "demoted_home"}
     assert kinds(host_wide=True) == {
+        "demoted_home",
         "irq",
         "scaling_governor",
         "scaling_min_freq",
