@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import time
 
 from hostd import knobs
 from hostd.host import Gone, Host, HostError
@@ -161,14 +162,19 @@ def _write_home(host: Host, key: str, value: object) -> None:
     if value is None:
         if host.inode(rel) is None:
             return
-        for _ in range(20):  # a process may fork while it is moved: empty it until it is empty
-            left = (host.read_quiet(f"{rel}/cgroup.procs") or "").split()
-            if not left:
-                break
-            for pid in left:
+        # A process may fork while it is moved, and one that is exiting keeps the cgroup busy
+        # (EBUSY) for a moment after it has left cgroup.procs: empty it until it can go.
+        for attempt in range(40):
+            for pid in (host.read_quiet(f"{rel}/cgroup.procs") or "").split():
                 with contextlib.suppress(Gone):
                     host.write(f"{mount}/cgroup.procs", pid)
-        host.rmdir(rel)
+            try:
+                host.rmdir(rel)
+                return
+            except HostError as exc:
+                if exc.errno != errno.EBUSY or attempt == 39:
+                    raise
+                time.sleep(0.025)
         return
     if value is not True:
         raise HostError(errno.EINVAL, key, f"{value!r} is not true or none")

@@ -8,6 +8,10 @@ in place, and never moves it out of that cgroup; as the cgroup holds nothing els
 ``cpu.idle = 1`` too (the cpu controller enabled for it by the test), since CFS shares the CPUs
 between cgroups before it looks at a thread's policy. Threads born in it while no agent runs are
 put back by the session record, the cgroup's ``cpu.idle`` by its own.
+
+A busy session in the root cgroup (where the VM's processes live, as in a container without
+systemd) moves into hostd's own ``/hostd.demoted`` (``cpu.idle = 1``) instead, and back to the
+root, with what was born in it, after ``kill -9`` and ``hostd restore``.
 """
 
 from __future__ import annotations
@@ -73,3 +77,46 @@ def _demote_in_own_cgroup(tmp_path, v2, group: str) -> None:
         hostd_here("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
         _back_as_before(box, before, born)
         assert _idle(v2, group) == "0"
+
+
+def test_a_busy_session_of_the_root_cgroup_moves_to_hostds_cgroup_and_back_after_kill_9(
+    tmp_path, v2, kernel_state
+):
+    cpu_on = "cpu" in (v2.read("", "cgroup.subtree_control") or "").split()
+    if not cpu_on:
+        v2.write("", "cgroup.subtree_control", "+cpu")
+    try:
+        _demote_at_root(tmp_path, v2)
+    finally:
+        if v2.read("hostd.demoted", "cgroup.procs") is not None:  # only if the test failed
+            v2.empty("hostd.demoted")
+            v2.host.rmdir("sys/fs/cgroup/hostd.demoted")
+        if not cpu_on:
+            v2.write("", "cgroup.subtree_control", "-cpu")
+
+
+def _demote_at_root(tmp_path, v2) -> None:
+    with Sandbox(tmp_path, ["job", "busy"], cpu=3) as box:
+        busy = [box.pids["busy"], *box.kids("busy")]
+        assert {cgroup_of(pid) for pid in busy} == {"/"}
+        before = box.threads()
+        agent = Agent(tmp_path, box.root, policy=POLICY)
+        try:
+            agent.wait_passes(1, timeout=300)
+            wait_for(
+                lambda: _demoted(box) and {cgroup_of(p) for p in busy} == {"/hostd.demoted"},
+                "the busy session demoted into hostd's cgroup",
+                agent,
+            )
+            assert _idle(v2, "hostd.demoted") == "1"
+            assert cgroup_of(box.pids["job"]) == "/"  # the job stays where it is
+            born = box.more()
+            assert {cgroup_of(t) for t in born} == {"/hostd.demoted"}
+        finally:
+            log = agent.stop(signal.SIGKILL)
+        assert "Traceback" not in log, log
+        born += box.more()  # born in hostd's cgroup while no agent runs
+        hostd_here("restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run))
+        _back_as_before(box, before, born)
+        assert {cgroup_of(t) for t in busy + born} == {"/"}
+        assert not Path("/sys/fs/cgroup/hostd.demoted").exists()
