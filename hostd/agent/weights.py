@@ -17,12 +17,12 @@ born in it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import TYPE_CHECKING
 
 from hostd import knobkinds, knobs
 from hostd.host import Gone, HostError
+from hostd.host.parsers import parse_stat
 from hostd.model.cpus import home_of
 from hostd.preempt import why_group_kept
 from hostd.reconcile import Observed, restore_keys
@@ -173,15 +173,20 @@ class GroupWeights:
         members = self.members(group.HOME)
         if members is None:
             return
-        _, mount, _ = group.home_dir(agent.host)
+        host = agent.host
+        _, mount, _ = group.home_dir(host)
         for pid, sid in members.items():
+            if sid is None:  # born there since the cache was read: its session from /proc
+                text = host.read_quiet(f"proc/{pid}/stat")
+                sid = parse_stat(text).session if text else None
             if sid in keep:
                 continue
-            with contextlib.suppress(Gone):
-                try:
-                    agent.host.write(f"{mount}/cgroup.procs", str(pid))
-                except HostError as exc:
-                    log.warning("preempt home pid=%d not moved back: %s", pid, exc)
+            try:
+                host.write(f"{mount}/cgroup.procs", str(pid))
+            except Gone:
+                pass
+            except HostError as exc:
+                log.warning("preempt home pid=%d not moved back: %s", pid, exc)
         if not keep:
             self.release([group.HOME_KEY], why)
 
