@@ -39,14 +39,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from hostd.host import Host, paths
+
 HOSTD = [sys.executable, "-m", "hostd"]
 JOB_LAYERS = ("trainer", "comms", "data")
 
 
 def rename(name: str) -> None:
     """Set the calling thread's comm (what ``ps -L`` and hostd's comm predicates see)."""
-    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
-        fh.write(name)
+    Host().write(paths.task("self", threading.get_native_id(), "comm"), name)
 
 
 def busy(iterations: int) -> int:

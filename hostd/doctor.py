@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from hostd.host import Host, HostError
+from hostd.host import Host, HostError, paths
 from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.connector import ProcConnector
 from hostd.host.parsers import parse_preemption
@@ -68,7 +68,7 @@ class Capabilities:
 
 
 def _cap_eff(host: Host) -> int:
-    text = host.read_quiet("proc/self/status") or ""
+    text = host.read_quiet(paths.SELF_STATUS) or ""
     for line in text.splitlines():
         if line.startswith("CapEff:"):
             return int(line.split()[1], 16)
@@ -139,7 +139,7 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
         caps.cpuset = "none"  # e.g. a container with /sys/fs/cgroup mounted read-only
         f.append(Finding("cpusets", False, f"{mount} is read-only here: thread affinity only"))
 
-    runtime = host.read_line("proc/sys/kernel/sched_rt_runtime_us")
+    runtime = host.read_line(paths.sysctl("kernel/sched_rt_runtime_us"))
     if runtime == "-1":
         caps.rt = False
         f.append(
@@ -153,7 +153,7 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
     elif live:
         ok, why = _try_fifo()
         caps.rt = ok
-        group = host.exists("sys/fs/cgroup/cpu/cpu.rt_runtime_us")
+        group = host.exists(f"{paths.CGROUP_MOUNT}/cpu/cpu.rt_runtime_us")
         detail = f"{why}; RT throttling leaves {100 - int(runtime or 950000) // 10000}% to others"
         if group:
             detail += "; RT group scheduling is on (a cgroup with cpu.rt_runtime_us = 0 refuses RT)"
@@ -163,21 +163,21 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
 
     # No test write: rewriting an IRQ's mask can move its effective CPU, a change nobody asked
     # for. Kernel-managed IRQs show themselves on the agent's first write, and are remembered.
-    irqs = [e for e in host.listdir("proc/irq") if e.isdigit()]
+    irqs = [e for e in host.listdir(paths.IRQS) if e.isdigit()]
     caps.irqs = root and bool(irqs)
     detail = (
         f"{len(irqs)} IRQs; kernel-managed ones refuse on the first write and are then left alone"
         if root
         else "IRQ affinity needs root"
     )
-    if caps.irqs and live and not os.access(host.path(f"proc/irq/{irqs[0]}"), os.W_OK):
+    if caps.irqs and live and not os.access(host.path(paths.irq(irqs[0])), os.W_OK):
         caps.irqs = False  # e.g. a pod that is not privileged: /proc/irq is mounted read-only
         detail = "/proc/irq is read-only here: IRQs are left as they are"
     f.append(Finding("IRQs", caps.irqs, detail))
 
-    cpu0 = "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    cpu0 = paths.cpufreq(0, "scaling_governor")
     caps.cpufreq = host.exists(cpu0)
-    govs = host.read_line("sys/devices/system/cpu/cpu0/cpufreq/scaling_available_governors")
+    govs = host.read_line(paths.cpufreq(0, "scaling_available_governors"))
     f.append(
         Finding(
             "cpufreq",
@@ -188,7 +188,7 @@ def probe(host: Host, topo: Topology | None = None) -> Capabilities:
         )
     )
 
-    nodes = [e for e in host.listdir("sys/devices/system/node") if e.startswith("node")]
+    nodes = [e for e in host.listdir(paths.NODES) if e.startswith("node")]
     caps.numa_nodes = max(1, len(nodes))
     if live:
         try:  # ask where one of our own pages is: a query, it moves nothing
@@ -259,10 +259,10 @@ def preemption_finding(host: Host) -> Finding:
     thread on the writer's CPU wait 2-4 ms at p99 with the writers SCHED_IDLE, in a session at
     nice 19 or in a ``cpu.idle`` cgroup alike."""
     p = parse_preemption(
-        host.read_quiet("sys/kernel/debug/sched/preempt"),
-        host.read_quiet("proc/cmdline"),
+        host.read_quiet(paths.DEBUG_PREEMPT),
+        host.read_quiet(paths.CMDLINE),
         host.kernel_config(),
-        host.read_line("proc/sys/kernel/version"),
+        host.read_line(paths.sysctl("kernel/version")),
     )
     if p.model in ("full", "lazy", "rt"):
         return Finding("preemption", True, f"kernel preemption model {p.model} ({p.source})")

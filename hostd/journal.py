@@ -43,6 +43,7 @@ from itertools import islice
 from pathlib import Path
 
 from hostd import __version__, knobkinds, knobs
+from hostd.host import paths
 from hostd.knobs import Value, is_boot_bound
 from hostd.model.cpus import parse_cpulist
 
@@ -71,7 +72,7 @@ class JournalError(Exception):
 
 
 def read_boot_id(host) -> str:
-    return (host.read_line("proc/sys/kernel/random/boot_id") or "unknown").strip()
+    return (host.read_line(paths.sysctl("kernel/random/boot_id")) or "unknown").strip()
 
 
 def _fsync_dir(path: Path) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from hostd import knobkinds, knobs
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
-from hostd.host import Host, HostError
+from hostd.host import Host, HostError, paths
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
@@ -365,7 +365,7 @@ def sweep_inherited(host: Host, records: list) -> list[Result]:
     results: list[Result] = []
     for sid, by_kind in wrote.items():
         for pid in sorted(session_members(procs, sid)):
-            for entry in host.listdir(f"proc/{pid}/task"):
+            for entry in host.listdir(paths.proc(pid, "task")):
                 tid = int(entry)
                 start = host.start_time(tid)
                 if start is None:

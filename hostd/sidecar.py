@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.host.parsers import primary_cgroup
 from hostd.knobkinds import kinds
 from hostd.model.cpus import home_of
@@ -34,7 +34,7 @@ HOST_WIDE = "IRQ affinity, CPU frequency governors, floors and EPP, the C-state 
 def in_host_pid_namespace(host: Host) -> bool:
     """Whether hostd shares the host's PID namespace (it then sees every process of the host)."""
     try:
-        return os.stat(host.path("proc/self/ns/pid")).st_ino == INIT_PID_NS_INODE
+        return os.stat(host.path(paths.SELF_PID_NS)).st_ino == INIT_PID_NS_INODE
     except OSError:
         return True  # no namespace file (an old kernel): assume the host's
 

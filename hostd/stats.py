@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hostd.classify import Classified
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.host.parsers import parse_schedstat, parse_stat, parse_status
 from hostd.model.tasks import Task
 from hostd.policy import Policy
@@ -126,9 +126,10 @@ class Stats:
 
 def read_counters(host: Host, pid: int, tid: int) -> tuple[Key, Counters] | None:
     """One thread's key and counters now, or None when it is gone or its files are unreadable."""
-    base = f"proc/{pid}/task/{tid}/"
     try:
-        stat, sched, status = (host.read(base + name) for name in ("stat", "schedstat", "status"))
+        stat, sched, status = (
+            host.read(paths.task(pid, tid, name)) for name in ("stat", "schedstat", "status")
+        )
         if stat is None or sched is None or status is None:
             return None
         run = parse_schedstat(sched)
@@ -221,7 +222,7 @@ def measure(
     if not (interval > 0 and math.isfinite(interval)):
         raise StatsError(f"interval {interval}: expected a positive number of seconds")
     for pid in scope or ():
-        if pid <= 0 or not host.exists(f"proc/{pid}/task"):
+        if pid <= 0 or not host.exists(paths.proc(pid, "task")):
             raise StatsError(f"process {pid}: no such process")
     snap = take(host, policy, scope)
     own = os.getpid() if host.live else None

@@ -21,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from hostd import knobkinds, knobs
-from hostd.host import Gone, HostError
+from hostd.host import Gone, HostError, paths
 from hostd.host.parsers import parse_stat
 from hostd.model.cpus import home_of
 from hostd.preempt import why_group_kept
@@ -177,7 +177,7 @@ class GroupWeights:
         _, mount, _ = group.home_dir(host)
         for pid, sid in members.items():
             if sid is None:  # born there since the cache was read: its session from /proc
-                text = host.read_quiet(f"proc/{pid}/stat")
+                text = host.read_quiet(paths.proc(pid, "stat"))
                 sid = parse_stat(text).session if text else None
             if sid in keep:
                 continue

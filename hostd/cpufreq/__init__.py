@@ -14,12 +14,12 @@ import os
 import struct
 
 from hostd import knobs
-from hostd.host import Gone, Host
+from hostd.host import Gone, Host, paths
 
 
 def _path(key: str) -> str:
     k = knobs.parse_key(key)
-    return f"sys/devices/system/cpu/cpu{int(k.ident)}/cpufreq/{k.name}"
+    return paths.cpufreq(int(k.ident), k.name)
 
 
 def _read(host: Host, key: str) -> object:
@@ -38,7 +38,7 @@ def hold_cpu_dma_latency(host: Host, microseconds: int) -> int:
     """Limit C-state exit latency for as long as the returned fd stays open (PM QoS,
     Documentation/power/pm_qos_interface.rst). Closing it, or the process dying, lifts the
     limit: nothing to journal."""
-    fd = os.open(host.path("dev/cpu_dma_latency"), os.O_RDWR | os.O_CLOEXEC)
+    fd = os.open(host.path(paths.CPU_DMA_LATENCY), os.O_RDWR | os.O_CLOEXEC)
     try:
         os.write(fd, struct.pack("i", microseconds))
     except OSError:

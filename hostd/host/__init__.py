@@ -21,7 +21,7 @@ import re
 import stat
 from collections.abc import Iterator
 
-from hostd.host import syscalls
+from hostd.host import paths, syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
 from hostd.host.nvml import NvmlInfo, read_nvml
 from hostd.host.parsers import (
@@ -156,7 +156,7 @@ class Host:
     def char_majors(self) -> dict[int, str]:
         """Character device majors and their drivers' names, from /proc/devices."""
         out: dict[int, str] = {}
-        for line in (self.read_quiet("proc/devices") or "").split("Block devices:")[0].splitlines():
+        for line in (self.read_quiet(paths.DEVICES) or "").split("Block devices:")[0].splitlines():
             num, _, name = line.strip().partition(" ")
             if num.isdigit():
                 out[int(num)] = name.strip()
@@ -166,12 +166,12 @@ class Host:
         """The running kernel's build configuration (``/proc/config.gz``, else
         ``/boot/config-RELEASE``), or None where neither is there or readable."""
         try:
-            with open(self._prefix + "proc/config.gz", "rb") as f:
+            with open(self._prefix + paths.CONFIG_GZ, "rb") as f:
                 return gzip.decompress(f.read()).decode("utf-8", "replace")
         except (OSError, EOFError, gzip.BadGzipFile):
             pass
-        release = self.read_line("proc/sys/kernel/osrelease")
-        return self.read_quiet(f"boot/config-{release}") if release else None
+        release = self.read_line(paths.sysctl("kernel/osrelease"))
+        return self.read_quiet(paths.boot_config(release)) if release else None
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, rel: str, text: str) -> None:
@@ -240,9 +240,9 @@ class Host:
         """
         if self._known_start is not None and tid in self._known_start:
             return self._known_start[tid]
-        rel = f"proc/{tid}/task/{tid}/stat"
-        if not self.live and not self.exists(f"proc/{tid}"):
-            found = glob.glob(self._prefix + f"proc/[0-9]*/task/{tid}/stat")
+        rel = paths.task(tid, tid, "stat")
+        if not self.live and not self.exists(paths.proc(tid)):
+            found = glob.glob(self._prefix + paths.any_task(tid, "stat"))
             rel = found[0][len(self._prefix) :] if found else rel
         try:
             text = self.read(rel)
@@ -254,7 +254,7 @@ class Host:
         """``proc/PID/cgroup`` parsed ({controller or hierarchy: path}; v2's under ""), or None
         when the task is gone, or its file refused (``strict``: raises NotPermitted then).
         ``pid``: a process or thread id, or "self"."""
-        rel = f"proc/{pid}/cgroup"
+        rel = paths.proc(pid, "cgroup")
         text = self.read(rel) if strict else self.read_quiet(rel)
         return None if text is None else parse_cgroup(text)
 
@@ -262,10 +262,10 @@ class Host:
         """Every process now: pid -> its parsed ``proc/PID/stat`` (one read each; a process
         that exits meanwhile, or whose line is cut, is left out)."""
         found: dict[int, Stat] = {}
-        for entry in self.listdir("proc"):
+        for entry in self.listdir(paths.PROC):
             if entry.isdigit():
                 with contextlib.suppress(OSError, ValueError, IndexError):
-                    text = self.read(f"proc/{entry}/stat")
+                    text = self.read(paths.proc(entry, "stat"))
                     if text:
                         found[int(entry)] = parse_stat(text)
         return found
@@ -281,7 +281,7 @@ class Host:
                 return frozenset(os.sched_getaffinity(tid))
             except OSError:
                 return None
-        text = self.read_quiet(f"proc/{pid}/task/{tid}/status")
+        text = self.read_quiet(paths.task(pid, tid, "status"))
         return None if text is None else parse_status(text).cpus_allowed
 
     def thread_stats(self, pid: int) -> Iterator[tuple[int, str, frozenset[int]]]:
@@ -294,16 +294,16 @@ class Host:
         Fixture trees: through ``read`` and ``affinity``.
         """
         if not self.live:
-            for entry in self.listdir(f"proc/{pid}/task"):
+            for entry in self.listdir(paths.proc(pid, "task")):
                 if not entry.isdigit():
                     continue
-                text = self.read_quiet(f"proc/{pid}/task/{entry}/stat")
+                text = self.read_quiet(paths.task(pid, entry, "stat"))
                 cpus = self.affinity(pid, int(entry)) if text is not None else None
                 if cpus is not None:
                     yield int(entry), text, cpus
             return
         try:
-            task_dir = os.open(f"/proc/{pid}/task", _O_READ | os.O_DIRECTORY)
+            task_dir = os.open("/" + paths.proc(pid, "task"), _O_READ | os.O_DIRECTORY)
         except OSError:
             return  # the process is gone
         try:
@@ -337,13 +337,13 @@ class Host:
 
     def ticks_now(self) -> int:
         """Clock ticks since boot now: the unit of a thread's start time (proc(5))."""
-        text = self.read_line("proc/uptime") or "0"
+        text = self.read_line(paths.UPTIME) or "0"
         return int(float(text.split()[0]) * os.sysconf("SC_CLK_TCK"))
 
     def schedstat(self, pid: int, tid: int) -> tuple[int, int] | None:
         """A thread's (ns on a CPU, ns waiting on a run queue) since it started, or None when
         it is gone or the kernel keeps no such statistics."""
-        text = self.read_quiet(f"proc/{pid}/task/{tid}/schedstat")
+        text = self.read_quiet(paths.task(pid, tid, "schedstat"))
         if not text:
             return None
         try:
@@ -354,7 +354,7 @@ class Host:
 
     def thread_state(self, pid: int, tid: int) -> str | None:
         """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""
-        text = self.read_quiet(f"proc/{pid}/task/{tid}/stat")
+        text = self.read_quiet(paths.task(pid, tid, "stat"))
         if not text:
             return None
         try:
@@ -365,7 +365,7 @@ class Host:
     def process_cpu(self, pid: int) -> tuple[str, int, int] | None:
         """A process's (leader's state letter, CPU clock ticks of all its threads, CPU clock
         ticks of its children it has waited for: proc(5) cutime + cstime), or None."""
-        text = self.read_quiet(f"proc/{pid}/stat")
+        text = self.read_quiet(paths.proc(pid, "stat"))
         if not text:
             return None
         try:

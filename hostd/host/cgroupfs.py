@@ -5,13 +5,13 @@ Read by the topology, the cpuset actuator and the doctor.
 
 from __future__ import annotations
 
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.host.parsers import parse_mountinfo_cgroups
 from hostd.model.topology import CgroupLayout
 
 
 def read_cgroup_layout(host: Host) -> CgroupLayout:
-    mounts = parse_mountinfo_cgroups(host.read_quiet("proc/self/mountinfo") or "")
+    mounts = parse_mountinfo_cgroups(host.read_quiet(paths.SELF_MOUNTINFO) or "")
     v2 = next((m.mount_point for m in mounts if m.version == 2), None)
     v1 = tuple((c, m.mount_point) for m in mounts if m.version == 1 for c in m.controllers)
     v2_controllers: tuple[str, ...] = ()

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from hostd.host import paths
 from hostd.model.cpus import parse_cpulist
 
 # /proc/PID/stat flag bit for kernel threads (include/linux/sched.h).
@@ -305,7 +306,7 @@ def parse_preemption(
     words = (version or "").split()
     dynamic = settings.get("CONFIG_PREEMPT_DYNAMIC") == "y" or "PREEMPT_DYNAMIC" in words
     if debugfs and (match := re.search(r"\((\w+)\)", debugfs)) and match[1] in PREEMPT_MODELS:
-        return Preemption(match[1], True, "/sys/kernel/debug/sched/preempt")
+        return Preemption(match[1], True, "/" + paths.DEBUG_PREEMPT)
     if "PREEMPT_RT" in words or settings.get("CONFIG_PREEMPT_RT") == "y":
         return Preemption("rt", False, "the kernel config" if settings else "the kernel version")
     boot = re.search(r"(?:^|\s)preempt=(\w+)", cmdline or "")

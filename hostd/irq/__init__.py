@@ -11,7 +11,7 @@ import errno
 import os
 
 from hostd import knobs
-from hostd.host import Gone, Host, NotPermitted, Unchangeable
+from hostd.host import Gone, Host, NotPermitted, Unchangeable, paths
 from hostd.model.cpus import format_cpulist, parse_cpulist
 
 
@@ -20,7 +20,7 @@ def _irq(key: str) -> int:
 
 
 def _read(host: Host, key: str) -> str:
-    text = host.read(f"proc/irq/{_irq(key)}/smp_affinity_list")
+    text = host.read(paths.irq(_irq(key), "smp_affinity_list"))
     if text is None:
         raise Gone(errno.ENOENT, key, "no such IRQ")
     return format_cpulist(parse_cpulist(text))
@@ -28,7 +28,7 @@ def _read(host: Host, key: str) -> str:
 
 def _write(host: Host, key: str, value: object) -> None:
     try:
-        host.write(f"proc/irq/{_irq(key)}/smp_affinity_list", str(value))
+        host.write(paths.irq(_irq(key), "smp_affinity_list"), str(value))
     except NotPermitted as exc:
         if host.live and os.geteuid() == 0:
             # Root was refused: a managed IRQ (some kernels say EPERM instead of EIO).

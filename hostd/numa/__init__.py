@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hostd import knobs
-from hostd.host import Gone, Host, HostError
+from hostd.host import Gone, Host, HostError, paths
 
 BUDGET_S = 0.005  # per batch: how long the process may be held up at a time
 PAUSE_S = 0.001  # between batches
@@ -40,9 +40,9 @@ class MoveReport:
 
 def pages_by_node(host: Host, pid: int) -> Counter[int]:
     """How many pages of ``pid`` sit on each node (numa_maps)."""
-    text = host.read(f"proc/{pid}/numa_maps")
+    text = host.read(paths.proc(pid, "numa_maps"))
     if text is None:
-        raise Gone(errno.ESRCH, f"proc/{pid}/numa_maps", "the process exited")
+        raise Gone(errno.ESRCH, paths.proc(pid, "numa_maps"), "the process exited")
     counts: Counter[int] = Counter()
     for node, pages in _NODE_RE.findall(text):
         counts[int(node)] += int(pages)
@@ -51,9 +51,9 @@ def pages_by_node(host: Host, pid: int) -> Counter[int]:
 
 def private_pages(host: Host, pid: int) -> list[int]:
     """Page addresses of the process's private writable mappings (its heap, stacks, anon)."""
-    text = host.read(f"proc/{pid}/maps")
+    text = host.read(paths.proc(pid, "maps"))
     if text is None:
-        raise Gone(errno.ESRCH, f"proc/{pid}/maps", "the process exited")
+        raise Gone(errno.ESRCH, paths.proc(pid, "maps"), "the process exited")
     pages: list[int] = []
     for line in text.splitlines():
         m = _MAPS_RE.match(line)

@@ -22,7 +22,7 @@ import errno
 import time
 
 from hostd import knobs
-from hostd.host import Gone, Host, HostError
+from hostd.host import Gone, Host, HostError, paths
 from hostd.host.parsers import parse_stat
 from hostd.model.tasks import session_members
 
@@ -64,7 +64,7 @@ def _session_process(host: Host, key: str) -> int:
 
 def _read_autogroup(host: Host, key: str) -> int:
     tid = _session_process(host, key)
-    text = host.read(f"proc/{tid}/autogroup")
+    text = host.read(paths.proc(tid, "autogroup"))
     if text is None:
         raise Gone(errno.ESRCH, key, "the process is gone")
     try:  # "/autogroup-698 nice 0"
@@ -74,7 +74,7 @@ def _read_autogroup(host: Host, key: str) -> int:
 
 
 def _write_autogroup(host: Host, key: str, value: object) -> None:
-    rel = f"proc/{_session_process(host, key)}/autogroup"
+    rel = paths.proc(_session_process(host, key), "autogroup")
     try:
         host.write(rel, str(int(value)))  # type: ignore[call-overload]
     except HostError as exc:
@@ -143,9 +143,9 @@ def _sweep(host: Host, key: str, value: object) -> None:
     calls = host.threads()
     refused: list[HostError] = []
     for pid in sorted(members):
-        for entry in host.listdir(f"proc/{pid}/task"):
+        for entry in host.listdir(paths.proc(pid, "task")):
             try:
-                text = host.read(f"proc/{pid}/task/{entry}/stat")
+                text = host.read(paths.task(pid, entry, "stat"))
                 if not text:
                     continue
                 st = parse_stat(text)

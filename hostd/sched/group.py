@@ -24,7 +24,7 @@ import functools
 import time
 
 from hostd import knobs
-from hostd.host import Gone, Host, HostError
+from hostd.host import Gone, Host, HostError, paths
 from hostd.host.parsers import parse_mountinfo_cgroups
 
 PREFIX = "cgroup/cpu"
@@ -44,7 +44,7 @@ def key_of(path: str) -> str:
 @functools.lru_cache(maxsize=16)
 def mount(root: str) -> tuple[int, str] | None:
     """(cgroup version, mount point relative to ``root``) of the cpu controller, read once."""
-    mounts = parse_mountinfo_cgroups(Host(root).read_quiet("proc/self/mountinfo") or "")
+    mounts = parse_mountinfo_cgroups(Host(root).read_quiet(paths.SELF_MOUNTINFO) or "")
     for m in mounts:
         if m.version == 1 and "cpu" in m.controllers:
             return 1, m.mount_point.lstrip("/")

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from sys import intern
 
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.host.parsers import (
     parse_stat,
     parse_status,
@@ -70,7 +70,7 @@ def _gpu_devices(host: Host, pid: int) -> tuple[str, ...]:
     in a mount namespace of its own), the device behind the fd is not. Fixture trees hold only
     the link text."""
     found = set()
-    base = f"proc/{pid}/fd/"
+    base = paths.proc(pid, "fd/")
     majors: dict[int, str] | None = None
     for fd in host.listdir(base):
         target = host.readlink(base + fd)
@@ -99,8 +99,8 @@ def _read_process(
     gone or unreadable. Credentials are the process's: threads share them (a thread that changed
     its own with a raw setresuid syscall is the rare exception this does not see)."""
     try:
-        text = host.read(f"proc/{pid}/stat")
-        status = host.read(f"proc/{pid}/task/{pid}/status")
+        text = host.read(paths.proc(pid, "stat"))
+        status = host.read(paths.task(pid, pid, "status"))
         if text is None or status is None:
             return None
         stat, creds = parse_stat(text), parse_status(status)
@@ -113,9 +113,9 @@ def _read_process(
         # Classified by the cgroup it lives in, wherever hostd put its leader's cpuset.
         cgroup = home_of(primary_cgroup(cgroups))
         cpuset = cgroups.get("cpuset", cgroups.get("", ""))
-        raw = host.read_quiet(f"proc/{pid}/cmdline") or ""
+        raw = host.read_quiet(paths.proc(pid, "cmdline")) or ""
         cmdline = raw.rstrip("\0").replace("\0", " ")
-        exe = host.readlink(f"proc/{pid}/exe")
+        exe = host.readlink(paths.proc(pid, "exe"))
         gpu = _gpu_devices(host, pid) if read_fds else ()
     proc = Process(
         pid=pid,
@@ -141,7 +141,7 @@ def _parent_comm(host: Host, ppid: int, known: dict[int, Process]) -> str:
     parent = known.get(ppid)
     if parent is not None:
         return parent.comm
-    text = host.read_quiet(f"proc/{ppid}/comm") if ppid > 0 else None
+    text = host.read_quiet(paths.proc(ppid, "comm")) if ppid > 0 else None
     return text.rstrip("\n") if text else ""
 
 
@@ -151,7 +151,7 @@ def descendants(host: Host, roots: list[int]) -> list[int]:
     for pid, st in host.processes().items():
         children.setdefault(st.ppid, []).append(pid)
     found: list[int] = []
-    todo = [r for r in roots if host.exists(f"proc/{r}")]
+    todo = [r for r in roots if host.exists(paths.proc(r))]
     while todo:
         pid = todo.pop()
         found.append(pid)
@@ -334,7 +334,7 @@ class TaskCache:
                 continue
             uid, gid = self._creds.get(pid) or (0, 0)
             try:
-                text = read(f"proc/{pid}/task/{tid}/stat")
+                text = read(paths.task(pid, tid, "stat"))
                 cpus = affinity(pid, tid) if text is not None else None
                 task = _task(tid, text, cpus, uid, gid, proc) if cpus is not None else None
             except (OSError, ValueError, IndexError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.parsers import (
     parse_distance,
@@ -40,41 +40,39 @@ def _cpulist(host: Host, rel: str) -> frozenset[int]:
 
 
 def _read_cpufreq(host: Host, cpu: int) -> CpuFreq | None:
-    base = f"sys/devices/system/cpu/cpu{cpu}/cpufreq/"
-    governor = host.read_line(base + "scaling_governor")
+    governor = host.read_line(paths.cpufreq(cpu, "scaling_governor"))
     if governor is None:
         return None
 
     def words(name: str) -> tuple[str, ...]:
-        return tuple((host.read_line(base + name) or "").split())
+        return tuple((host.read_line(paths.cpufreq(cpu, name)) or "").split())
 
     return CpuFreq(
-        driver=host.read_line(base + "scaling_driver") or "",
+        driver=host.read_line(paths.cpufreq(cpu, "scaling_driver")) or "",
         governor=governor,
         available_governors=words("scaling_available_governors"),
-        min_freq=parse_int(host.read_line(base + "scaling_min_freq")),
-        max_freq=parse_int(host.read_line(base + "scaling_max_freq")),
-        hw_min_freq=parse_int(host.read_line(base + "cpuinfo_min_freq")),
-        hw_max_freq=parse_int(host.read_line(base + "cpuinfo_max_freq")),
-        epp=host.read_line(base + "energy_performance_preference"),
+        min_freq=parse_int(host.read_line(paths.cpufreq(cpu, "scaling_min_freq"))),
+        max_freq=parse_int(host.read_line(paths.cpufreq(cpu, "scaling_max_freq"))),
+        hw_min_freq=parse_int(host.read_line(paths.cpufreq(cpu, "cpuinfo_min_freq"))),
+        hw_max_freq=parse_int(host.read_line(paths.cpufreq(cpu, "cpuinfo_max_freq"))),
+        epp=host.read_line(paths.cpufreq(cpu, "energy_performance_preference")),
         available_epp=words("energy_performance_available_preferences"),
     )
 
 
 def _read_nodes(host: Host, online: frozenset[int]) -> dict[int, Node]:
     nodes: dict[int, Node] = {}
-    base = "sys/devices/system/node/"
-    for entry in host.listdir(base):
+    for entry in host.listdir(paths.NODES):
         match = _NODE_DIR.match(entry)
         if not match:
             continue
         nid = int(match.group(1))
-        meminfo = host.read_quiet(f"{base}{entry}/meminfo") or ""
+        meminfo = host.read_quiet(paths.node(nid, "meminfo")) or ""
         mem = re.search(r"MemTotal:\s+(\d+)", meminfo)
         nodes[nid] = Node(
             id=nid,
-            cpus=_cpulist(host, f"{base}{entry}/cpulist") & online,
-            distances=parse_distance(host.read_line(f"{base}{entry}/distance") or ""),
+            cpus=_cpulist(host, paths.node(nid, "cpulist")) & online,
+            distances=parse_distance(host.read_line(paths.node(nid, "distance")) or ""),
             mem_total_kb=int(mem.group(1)) if mem else None,
         )
     if not nodes:  # kernels without CONFIG_NUMA: one node holding everything
@@ -86,27 +84,27 @@ def _read_cpus(host: Host, online: frozenset[int], nodes: dict[int, Node]) -> di
     node_of = {cpu: node.id for node in nodes.values() for cpu in node.cpus}
     cpus: dict[int, Cpu] = {}
     for cpu in sorted(online):
-        base = f"sys/devices/system/cpu/cpu{cpu}/"
         siblings = (
-            _cpulist(host, base + "topology/core_cpus_list")
-            or _cpulist(host, base + "topology/thread_siblings_list")
+            _cpulist(host, paths.cpu(cpu, "topology/core_cpus_list"))
+            or _cpulist(host, paths.cpu(cpu, "topology/thread_siblings_list"))
             or frozenset({cpu})
         ) & online or frozenset({cpu})
         llc_cpus = frozenset({cpu})
         best_level = -1
-        for index in host.listdir(base + "cache"):
+        for index in host.listdir(paths.cpu(cpu, "cache")):
             if not index.startswith("index"):
                 continue
-            ctype = host.read_line(f"{base}cache/{index}/type")
-            level = parse_int(host.read_line(f"{base}cache/{index}/level"), -1)
+            ctype = host.read_line(paths.cpu(cpu, f"cache/{index}/type"))
+            level = parse_int(host.read_line(paths.cpu(cpu, f"cache/{index}/level")), -1)
             if ctype == "Instruction" or level is None or level <= best_level:
                 continue
-            shared = _cpulist(host, f"{base}cache/{index}/shared_cpu_list") & online
+            shared = _cpulist(host, paths.cpu(cpu, f"cache/{index}/shared_cpu_list")) & online
             if shared:
                 best_level, llc_cpus = level, shared
         cpus[cpu] = Cpu(
             id=cpu,
-            package=parse_int(host.read_line(base + "topology/physical_package_id"), 0) or 0,
+            package=parse_int(host.read_line(paths.cpu(cpu, "topology/physical_package_id")), 0)
+            or 0,
             core=min(siblings),
             siblings=siblings,
             llc=min(llc_cpus),
@@ -117,33 +115,34 @@ def _read_cpus(host: Host, online: frozenset[int], nodes: dict[int, Node]) -> di
 
 
 def _pci_node(host: Host, pci: str) -> int | None:
-    node = parse_int(host.read_line(f"sys/bus/pci/devices/{pci}/numa_node"), -1)
+    node = parse_int(host.read_line(paths.pci(pci, "numa_node")), -1)
     return None if node is None or node < 0 else node
 
 
 def _pci_local_cpus(host: Host, pci: str, online: frozenset[int]) -> frozenset[int]:
-    return _cpulist(host, f"sys/bus/pci/devices/{pci}/local_cpulist") & online or online
+    return _cpulist(host, paths.pci(pci, "local_cpulist")) & online or online
 
 
 def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str]:
     nvml, why = host.nvml()
     nvml_by_pci = {g.pci_bus_id: g for g in nvml.gpus} if nvml else {}
     found: list[tuple[str, str, int | None, str]] = []  # (pci, vendor, minor, name)
-    for pci in sorted(host.listdir("sys/bus/pci/devices")):
-        base = f"sys/bus/pci/devices/{pci}/"
-        vendor = GPU_VENDORS.get(parse_int(host.read_line(base + "vendor"), 0) or 0)
-        pci_class = parse_int(host.read_line(base + "class"), 0) or 0
+    for pci in sorted(host.listdir(paths.PCI_DEVICES)):
+        vendor = GPU_VENDORS.get(parse_int(host.read_line(paths.pci(pci, "vendor")), 0) or 0)
+        pci_class = parse_int(host.read_line(paths.pci(pci, "class")), 0) or 0
         if vendor is None or (pci_class >> 8) not in GPU_CLASSES:
             continue
         minor: int | None = None
         name = ""
         if vendor == "nvidia":
-            info = host.read_quiet(f"proc/driver/nvidia/gpus/{pci}/information") or ""
+            info = host.read_quiet(paths.nvidia_gpu_information(pci)) or ""
             minor = parse_nvidia_minor(info)
             model = re.search(r"^Model:\s*(.+)$", info, re.MULTILINE)
             name = model.group(1).strip() if model else ""
         else:
-            renders = sorted(d for d in host.listdir(base + "drm") if d.startswith("renderD"))
+            renders = sorted(
+                d for d in host.listdir(paths.pci(pci, "drm")) if d.startswith("renderD")
+            )
             minor = int(renders[0][len("renderD") :]) if renders else None
         found.append((pci, vendor, minor, name))
     gpus: list[Gpu] = []
@@ -182,13 +181,11 @@ def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str
 
 def _read_nics(host: Host, online: frozenset[int]) -> tuple[Nic, ...]:
     nics: list[Nic] = []
-    for name in sorted(host.listdir("sys/class/net")):
-        pci = host.pci_address_of(f"sys/class/net/{name}/device")
+    for name in sorted(host.listdir(paths.NET)):
+        pci = host.pci_address_of(paths.net_device(name))
         if pci is None:
             continue  # virtual interface (lo, veth, bridges): no IRQs of its own
-        irqs = sorted(
-            int(i) for i in host.listdir(f"sys/bus/pci/devices/{pci}/msi_irqs") if i.isdigit()
-        )
+        irqs = sorted(int(i) for i in host.listdir(paths.pci(pci, "msi_irqs")) if i.isdigit())
         nics.append(
             Nic(
                 name=name,
@@ -203,17 +200,16 @@ def _read_nics(host: Host, online: frozenset[int]) -> tuple[Nic, ...]:
 
 def _read_irqs(host: Host) -> tuple[Irq, ...]:
     irqs: list[Irq] = []
-    for line in parse_interrupts(host.read_quiet("proc/interrupts") or ""):
-        base = f"proc/irq/{line.irq}/"
-        node = parse_int(host.read_line(base + "node"), -1)
+    for line in parse_interrupts(host.read_quiet(paths.INTERRUPTS) or ""):
+        node = parse_int(host.read_line(paths.irq(line.irq, "node")), -1)
         irqs.append(
             Irq(
                 irq=line.irq,
                 chip=line.chip,
                 name=line.name,
                 count=sum(line.counts),
-                affinity=_cpulist(host, base + "smp_affinity_list"),
-                effective=_cpulist(host, base + "effective_affinity_list"),
+                affinity=_cpulist(host, paths.irq(line.irq, "smp_affinity_list")),
+                effective=_cpulist(host, paths.irq(line.irq, "effective_affinity_list")),
                 node=None if node is None or node < 0 else node,
             )
         )
@@ -222,20 +218,18 @@ def _read_irqs(host: Host) -> tuple[Irq, ...]:
 
 def read_topology(host: Host) -> Topology:
     """Snapshot the topology of ``host``. Missing files degrade to defaults, never raise."""
-    online = _cpulist(host, "sys/devices/system/cpu/online")
+    online = _cpulist(host, paths.CPUS_ONLINE)
     notes: list[str] = []
     if not online:
         online = frozenset(
-            int(m.group(1))
-            for e in host.listdir("sys/devices/system/cpu")
-            if (m := _CPU_DIR.match(e))
+            int(m.group(1)) for e in host.listdir(paths.CPUS) if (m := _CPU_DIR.match(e))
         ) or frozenset({0})
         notes.append("no sys/devices/system/cpu/online: assumed every listed CPU is online")
     nodes = _read_nodes(host, online)
     cpus = _read_cpus(host, online, nodes)
     gpus, nvml_why = _read_gpus(host, online)
     return Topology(
-        hostname=host.read_line("proc/sys/kernel/hostname") or "",
+        hostname=host.read_line(paths.sysctl("kernel/hostname")) or "",
         cpus=cpus,
         nodes=nodes,
         gpus=gpus,
@@ -244,6 +238,6 @@ def read_topology(host: Host) -> Topology:
         cgroup=read_cgroup_layout(host),
         smt=any(len(c.siblings) > 1 for c in cpus.values()),
         nvml=nvml_why,
-        autogroup=host.read_line("proc/sys/kernel/sched_autogroup_enabled") == "1",
+        autogroup=host.read_line(paths.sysctl("kernel/sched_autogroup_enabled")) == "1",
         notes=tuple(notes),
     )
