@@ -98,6 +98,14 @@ def _launcher(
                 ],
                 pass_fds=(*fds, out, go) if r == 0 else tuple(fds),
                 start_new_session=True,  # torchrun starts each rank in a session of its own
+                # and gives it its rank (torch.distributed.elastic): hostd knows a rank by it
+                env={
+                    **os.environ,
+                    "RANK": str(r),
+                    "LOCAL_RANK": str(r),
+                    "WORLD_SIZE": str(ranks),
+                    "TORCHELASTIC_RUN_ID": "hostd-demo",
+                },
             )
         )
     for a, b in pairs:

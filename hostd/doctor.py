@@ -12,6 +12,7 @@ of the plan are skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hostd.host import Host, HostError, paths
@@ -19,6 +20,7 @@ from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.connector import ProcConnector
 from hostd.host.parsers import parse_preemption
 from hostd.knobkinds import needing
+from hostd.model.tasks import Task
 from hostd.model.topology import Topology
 from hostd.numa import private_pages
 
@@ -279,3 +281,37 @@ def preemption_finding(host: Host) -> Finding:
         "milliseconds behind demoted work that is in the kernel (buffered file writes); where "
         f"the job's latency matters more than kernel throughput, {advice}",
     )
+
+
+def job_findings(tasks: Iterable[Task]) -> list[Finding]:
+    """GPU jobs whose threads hostd could place better if the job named them: threads of a rank
+    other than its main thread that carry the rank's own name (NCCL's proxy, service, IB and RAS
+    threads unless NCCL_SET_THREAD_NAME=1; OpenMP workers; Python < 3.14's threads). They stay
+    with their rank, with its protection, rather than in comms (tests/standin.py measures it)."""
+    unnamed: dict[str, list[Task]] = {}
+    named: dict[str, bool] = {}
+    for t in tasks:
+        job = t.process.job
+        if job is None or job.role != "rank" or not t.process.job_gpu:
+            continue
+        named[job.id] = named.get(job.id, False) or job.thread_names
+        if t.unnamed:
+            unnamed.setdefault(job.id, []).append(t)
+    out = []
+    for job_id in sorted(named):
+        threads = unnamed.get(job_id, [])
+        ranks = len({t.pid for t in threads})
+        if named[job_id] or not threads:
+            out.append(Finding("job threads", True, f"job {job_id}: its threads are named"))
+            continue
+        out.append(
+            Finding(
+                "job threads",
+                False,
+                f"job {job_id}: {len(threads)} threads of {ranks} ranks carry their rank's name "
+                "(NCCL names its threads only with NCCL_SET_THREAD_NAME=1), so they stay with "
+                "their rank instead of in comms; set NCCL_SET_THREAD_NAME=1 in the job's "
+                "environment",
+            )
+        )
+    return out

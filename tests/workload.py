@@ -2,8 +2,10 @@
 
 ``TrainingJob()`` starts the process tree a PyTorch job has (names from FACTS.md): a launcher
 renamed ``pt_elastic`` with a ``pt_tcpstore_uv`` thread; ``ranks`` children, each leading a
-session of its own as torchrun starts them, that keep the name ``python3`` with threads
-``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and OpenMP-like ``python3`` threads;
+session of its own as torchrun starts them, with torchrun's ``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE`` and ``TORCHELASTIC_RUN_ID`` in their environment, that keep the name
+``python3`` with threads ``gloo_tcp_loop``, ``pt_gloo_runloop``, ``pt_nccl_watchdg`` and
+OpenMP-like ``python3`` threads;
 and ``pt_data_worker`` processes under each rank. Everything sleeps; leaving the context kills
 the whole tree and reaps it. SIGUSR1 to a rank renames its ``gloo_tcp_loop`` thread to
 ``python3``, SIGUSR2 renames it back; ``job.new_thread(rank)`` makes it start a
@@ -52,15 +54,18 @@ _CHILD = textwrap.dedent(
         spawn_threads(["pt_tcpstore_uv"])
         tree = {"launcher": os.getpid(), "ranks": [], "workers": []}
         procs = []
-        for _ in range(ranks):
+        for index in range(ranks):
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:
                 os.setsid()  # torchrun starts each rank in a session of its own
                 os.close(r)
                 os.set_inheritable(w, True)
-                os.execv(sys.executable, [sys.executable, "-c", CODE, "rank", "0",
-                                          str(workers), str(w)])
+                # what torchrun gives each worker (torch.distributed.elastic)
+                env = {**os.environ, "RANK": str(index), "LOCAL_RANK": str(index),
+                       "WORLD_SIZE": str(ranks), "TORCHELASTIC_RUN_ID": "standin"}
+                os.execve(sys.executable, [sys.executable, "-c", CODE, "rank", "0",
+                                           str(workers), str(w)], env)
             os.close(w)
             with os.fdopen(r) as fh:
                 info = json.loads(fh.readline())

@@ -11,9 +11,11 @@ paths, so that ``Host(DEST)`` reads them as it would read the live kernel. The r
 to be committed under ``tests/fixtures/hosts/<name>/`` (see the README there), so it is kept
 small and free of secrets:
 
-- environment variables are never read; a cmdline that contains "token", "secret", "password"
-  (or a few similar words, or something shaped like ``NAME=value``) is left out, and the
-  process reads with an empty cmdline;
+- of a process's environment only the job variables hostd reads are kept (``RANK``,
+  ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``, ``SLURM_JOB_ID``, ...: ``hostd.model.jobs.JOB_VARS``,
+  copied below so that this script needs only the standard library); a cmdline that contains
+  "token", "secret", "password" (or a few similar words, or something shaped like
+  ``NAME=value``) is left out, and the process reads with an empty cmdline;
 - ``proc/PID/fd`` keeps only the links to GPU driver devices (``/dev/nvidia*``, ``/dev/kfd``,
   ``/dev/accel/*``, ``/dev/dri/*``);
 - ``proc/self/mountinfo`` keeps only the cgroup mounts and the /, /proc and /sys lines;
@@ -38,7 +40,15 @@ from dataclasses import dataclass, field
 
 LIVE = "/"
 
-GPU_FD_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/", "/dev/dri/")
+GPU_FD_PREFIXES = (
+    "/dev/nvidia", "/dev/kfd", "/dev/accel/", "/dev/dri/", "/dev/hl", "/dev/neuron",
+)  # fmt: skip
+# hostd.model.jobs.JOB_VARS (tests/unit/test_fixture_hosts.py checks that the two agree).
+JOB_VARS = (
+    "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "LOCAL_RANK", "WORLD_SIZE",
+    "MASTER_ADDR", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
+    "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_RESTART_COUNT", "NCCL_SET_THREAD_NAME",
+)  # fmt: skip
 # Words that mark a command line as possibly carrying a credential; such cmdlines are dropped.
 SENSITIVE = re.compile(
     r"token|secret|passw|credential|api[_-]?key|bearer|private|auth|--env\b|\bssh-\w+ AAAA",
@@ -211,6 +221,14 @@ class Capture:
             data = self.read(base + name)
             if data is not None:
                 files[name] = data
+        environ = self.read(base + "environ")
+        if environ is not None:
+            keep = [
+                item
+                for item in environ.split(b"\0")
+                if item.partition(b"=")[0].decode("ascii", "replace") in JOB_VARS
+            ]
+            files["environ"] = b"".join(item + b"\0" for item in keep)
         cmdline = self.read(base + "cmdline")
         dropped = False
         if cmdline is not None:

@@ -334,6 +334,7 @@ class Proc:
     session: int = 0
     vm_kb: int = 0
     leader: Thread | None = None  # overrides for the leader thread
+    env: dict[str, str] = field(default_factory=dict)  # written as proc/PID/environ
 
     def all_threads(self) -> list[Thread]:
         leader = self.leader or Thread(self.pid, self.comm)
@@ -500,6 +501,9 @@ def write_proc(tree: Tree, proc: Proc, ncpus: int, nnodes: int) -> None:
     tree.write(d + "cgroup", proc.cgroup, newline=False)
     args = "".join(a + "\0" for a in proc.cmdline)
     tree.raw(d + "cmdline", args.encode())
+    if not proc.kthread:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **proc.env}
+        tree.raw(d + "environ", "".join(f"{k}={v}\0" for k, v in env.items()).encode())
     if proc.exe is not None:
         tree.link(d + "exe", proc.exe)
     for fd, target in sorted(proc.fds.items()):
@@ -802,7 +806,40 @@ def make_dgx(root: str) -> None:
     user_cg = v2_cgroup("/user.slice/user-1000.slice/user@1000.service/init.scope")
     session_cg = v2_cgroup("/user.slice/user-1000.slice/session-3.scope")
     train_cg = v2_cgroup("/system.slice/train.service")
+    every_gpu = {10 + m: f"/dev/nvidia{m}" for m in range(8)}
     procs += [
+        # GPU services: they hold GPU-driver files and are no job (issue 17).
+        Proc(
+            1300,
+            1,
+            "nvidia-persiste",
+            900,
+            ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced"],
+            "/usr/bin/nvidia-persistenced",
+            v2_cgroup("/system.slice/nvidia-persistenced.service"),
+            uid=118,
+            gid=126,
+            affinity=cpus,
+            pgrp=1300,
+            session=1300,
+            vm_kb=5_200,
+            fds={0: "/dev/null", 3: "/dev/nvidiactl", **every_gpu},
+        ),
+        Proc(
+            1310,
+            1,
+            "nv-hostengine",
+            910,
+            ["/usr/bin/nv-hostengine", "-n", "--service-account", "nvidia-dcgm"],
+            "/usr/bin/nv-hostengine",
+            v2_cgroup("/system.slice/nvidia-dcgm.service"),
+            affinity=cpus,
+            pgrp=1310,
+            session=1310,
+            vm_kb=310_000,
+            fds={0: "/dev/null", 3: "/dev/nvidiactl", **every_gpu},
+            threads=[Thread(1311 + i, "nv-hostengine", start=915) for i in range(3)],
+        ),
         Proc(
             1210,
             1,
@@ -923,6 +960,18 @@ def make_dgx(root: str) -> None:
     )
     ranks = ((4100, 0, 1000, "NCCL Progress 3"), (4200, 4, 0, "NCCL Progress 7"))
     for pid, minor, uid, nccl in ranks:
+        # What torchrun gives each worker (torch.distributed.elastic); forked children inherit it.
+        env = {
+            "RANK": str(minor // 4),
+            "LOCAL_RANK": str(minor // 4),
+            "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500",
+            "TORCHELASTIC_RUN_ID": "dgx-job-17",
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "NCCL_SET_THREAD_NAME": "1",
+        }
         node = DGX_GPUS[minor][1]
         # fd 6 and 7 both hold the GPU: a device is listed once.
         fds = {**other_fds, **nv_common, 6: f"/dev/nvidia{minor}", 7: f"/dev/nvidia{minor}"}
@@ -955,6 +1004,7 @@ def make_dgx(root: str) -> None:
                 session=pid,
                 vm_kb=48_000_000,
                 fds=fds,
+                env=env,
                 leader=Thread(
                     pid,
                     "python3",
@@ -995,12 +1045,14 @@ def make_dgx(root: str) -> None:
                     session=pid,
                     vm_kb=9_000_000,
                     fds={**nv_common, 6: f"/dev/nvidia{minor}", 20: "pipe:[7]"},
+                    env=env,
                     leader=Thread(wpid, "pt_data_worker", utime=30_000, stime=4_000),
                     threads=[
                         Thread(wpid + 1 + i, "pt_data_worker", start=wstart + 2) for i in range(2)
                     ],
                 )
             )
+    rank0_env = {**env, "RANK": "0", "LOCAL_RANK": "0"}
     compile_args = [
         "/usr/bin/python3",
         "/usr/lib/python3/dist-packages/torch/_inductor/compile_worker/__main__.py",
@@ -1023,6 +1075,7 @@ def make_dgx(root: str) -> None:
             session=4100,
             vm_kb=900_000,
             leader=Thread(4400, "python3", utime=600),
+            env=rank0_env,
             threads=[Thread(4401, "python3", start=360_520)],
         ),
         Proc(
@@ -1048,6 +1101,7 @@ def make_dgx(root: str) -> None:
             session=4100,
             vm_kb=220_000,
             leader=Thread(4450, "cc1plus", state="R", utime=150),
+            env=rank0_env,
         ),
         # A background load in a user session.
         Proc(
@@ -1348,6 +1402,13 @@ def make_amd(root: str) -> None:
     )
     for pid, n in ((7100, 2), (7200, 6)):
         start = 500_100 + pid // 100
+        env = {
+            "RANK": str(pid // 100 - 71),
+            "LOCAL_RANK": str(pid // 100 - 71),
+            "WORLD_SIZE": "2",
+            "TORCHELASTIC_RUN_ID": "none",
+            "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+        }
         fds = {
             0: "/dev/null",
             3: "/dev/kfd",
@@ -1369,6 +1430,7 @@ def make_amd(root: str) -> None:
                 session=7000,
                 vm_kb=60_000_000,
                 fds=fds,
+                env=env,
                 leader=Thread(pid, "python3", utime=150_000, stime=7_000),
                 threads=[
                     Thread(pid + 1, "python3", start=start + 50, utime=800),
@@ -1392,6 +1454,7 @@ def make_amd(root: str) -> None:
                 session=7000,
                 vm_kb=8_000_000,
                 fds={3: "/dev/kfd", 4: f"/dev/dri/renderD{128 + n}"},
+                env=env,
                 threads=[Thread(pid + 51, "pt_data_worker", start=start + 502)],
             )
         )

@@ -36,7 +36,7 @@ from hostd.cli.common import (
     out,
     print_json,
 )
-from hostd.doctor import Finding, probe
+from hostd.doctor import Finding, job_findings, probe
 from hostd.host import Host
 from hostd.journal import Journal, JournalError, read_boot_id
 from hostd.knobkinds import BY_KIND
@@ -46,6 +46,7 @@ from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
 from hostd.sidecar import describe as describe_sidecar
 from hostd.sidecar import scope as sidecar_scope
 from hostd.statedir import Locked, UnsafeDir, lock_host, open_dir, open_file
+from hostd.tasks import scan
 
 StateOpt = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", envvar="HOSTD_STATE_DIR", help="Where the journal lives."
@@ -343,6 +344,7 @@ def doctor(
     """Say what this host allows hostd to do, and what it will and will not do here."""
     host = get_host(root)
     caps = probe(host)
+    caps.findings += job_findings(scan(host, read_fds=True))
     if sidecar:
         caps.findings += [Finding(*line) for line in describe_sidecar(host)]
     if as_json:

@@ -41,6 +41,8 @@ def _row(item: Classified) -> dict:
         "gpu": list(t.process.gpu_devices),
         "policy": t.policy_name,
         "nice": t.nice,
+        "job": t.process.job.id if t.process.job else None,
+        "role": t.process.job.role if t.process.job else None,
     }
 
 
@@ -149,6 +151,7 @@ def explain(
                     for r in ex.layers
                 ],
                 "preempt": preempt_lines,
+                "job": task.job_line(),
             }
         )
         return
@@ -157,6 +160,8 @@ def explain(
         f"thread {task.tid} {task.comm!r} of process {p.pid} {p.comm!r} (parent {p.parent_comm!r},"
         f" uid {task.uid}, cgroup {p.cgroup}, GPU devices: {', '.join(p.gpu_devices) or 'none'})"
     )
+    job = task.job_line()
+    out.print(f"job: {job}" if job else "job: none (no launcher, Slurm step or job environment)")
     layer = snap.policy.layer(ex.layer)
     group = layer.match[ex.group]
     why = " and ".join(pr.describe() for pr in group) or "the catch-all (matches every thread)"

@@ -32,6 +32,15 @@ def _gpu_files(t: Task) -> object:
     return [d for d in t.process.gpu_devices if d.startswith(GPU_DEVICE_PREFIXES)] or False
 
 
+def _role(t: Task) -> str:
+    job = t.process.job
+    return job.role if job is not None else ""
+
+
+def _job(t: Task) -> object:
+    return t.job_line() or False
+
+
 _SPECS = (
     # user_controlled: comm through prctl(PR_SET_NAME), the cmdline through argv, the leader's and
     # parent's comm likewise; anyone can run /usr/bin/python3, name cgroups in a delegated
@@ -84,6 +93,37 @@ _SPECS = (
         lambda t: t.process.nvml,
         "in NVML's GPU process list",
         False,
+    ),
+    # A job and its roles come from the launcher, the Slurm step and the environment
+    # (hostd.model.jobs): the environment and the command line are the user's to write.
+    PredicateSpec(
+        "job",
+        "bool",
+        "is",
+        lambda t: t.process.job is not None,
+        "in a training job",
+        True,
+        shown=_job,
+    ),
+    PredicateSpec(
+        "job_role",
+        "strings",
+        "in",
+        _role,
+        "role in its job",
+        True,
+        "role",
+        shown=_job,
+    ),
+    # Unforgeable as gpu is: the rank's GPU-driver fds, and parentage (the kernel's ppid).
+    PredicateSpec(
+        "job_gpu",
+        "bool",
+        "is",
+        lambda t: t.process.job_gpu,
+        "in a job whose rank holds a GPU",
+        False,
+        shown=_job,
     ),
     PredicateSpec(
         "session_leader",

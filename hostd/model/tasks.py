@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hostd.model.jobs import Job
+
 # Scheduling policies by number (include/uapi/linux/sched.h).
 POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline", 7: "ext"}
-# GPU-driver files: holding one of these makes a process a GPU process. Render nodes are recorded
-# too (they say which AMD GPU a /dev/kfd process uses) but alone they do not count: desktop
-# programs open them.
-GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/")
+# Accelerator-driver files: holding one of these makes a process a GPU process. NVIDIA
+# (/dev/nvidia*), AMD ROCm (/dev/kfd), the kernel's accel subsystem (Intel Gaudi, others:
+# /dev/accel/accel*), Habana's older nodes (/dev/hl*), AWS Neuron (/dev/neuron*). Render nodes
+# are recorded too (they say which AMD GPU a /dev/kfd process uses) but alone they do not count:
+# desktop programs open them.
+GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/", "/dev/hl", "/dev/neuron")
 RENDER_PREFIX = "/dev/dri/renderD"
 
 
@@ -36,10 +40,19 @@ class Process:
     is_kthread: bool
     session: int = 0  # its session (= its autogroup while autogroups are on); 0 unknown
     tty: bool = False  # it has a controlling terminal (an interactive session's process)
+    env: tuple[tuple[str, str], ...] = ()  # its job variables (hostd.model.jobs.JOB_VARS)
+    job: Job | None = None  # its training job and role there (hostd.model.jobs.job_of)
 
     @property
     def gpu(self) -> bool:
         return any(dev.startswith(GPU_DEVICE_PREFIXES) for dev in self.gpu_devices)
+
+    @property
+    def job_gpu(self) -> bool:
+        """In a job whose rank (this process, or the rank it serves) holds a GPU-driver file or
+        is in NVML's list: the GPU gate that a process outside a job never passes."""
+        job = self.job
+        return job is not None and (job.gpu or self.gpu or self.nvml)
 
     @property
     def session_leader(self) -> bool:
@@ -92,6 +105,21 @@ class Task:
     @property
     def is_kthread(self) -> bool:
         return self.process.is_kthread
+
+    @property
+    def unnamed(self) -> bool:
+        """A thread other than the leader that carries its process's name: nobody named it
+        (NCCL's threads without NCCL_SET_THREAD_NAME=1, OpenMP workers, Python < 3.14 threads)."""
+        return self.tid != self.process.pid and self.comm == self.process.comm
+
+    def job_line(self) -> str | None:
+        """What its job says of this thread: "unnamed thread of rank 3 of job torchrun abc"."""
+        job = self.process.job
+        if job is None:
+            return None
+        if job.role == "rank" and self.unnamed:
+            return f"unnamed thread of rank {job.rank} of job {job.id}"
+        return f"{job.describe()} ({job.why})"
 
     @property
     def policy_name(self) -> str:

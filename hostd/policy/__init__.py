@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from hostd.model.jobs import ROLES
 from hostd.model.predicates import PREDICATES as PREDICATE_SPECS
 
 try:  # the regular expression parser, for the limits (Python 3.11+; sre_parse before)
@@ -253,7 +254,9 @@ class Policy:
     @property
     def needs_fds(self) -> bool:
         """Whether classification or planning needs the per-process GPU fd walk."""
-        return "gpu" in self.predicates_used or any(ly.numa == "gpu-local" for ly in self.layers)
+        return bool({"gpu", "job_gpu"} & self.predicates_used) or any(
+            ly.numa == "gpu-local" for ly in self.layers
+        )
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -394,6 +397,10 @@ class _Checker:
                         raise self.fail(
                             sub, s, "at most 15 bytes of UTF-8 (the kernel keeps 15 of a comm)"
                         )
+            if rule == "role":
+                for s in items:
+                    if s not in ROLES:
+                        raise self.fail(sub, s, "a job role: " + ", ".join(ROLES))
             if rule == "path":
                 for s in items:
                     if not s.startswith("/"):

@@ -18,7 +18,7 @@ choice and BENCHMARKS.md for the full pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from sys import intern
 
@@ -30,6 +30,7 @@ from hostd.host.parsers import (
     split_stat,
 )
 from hostd.model.cpus import home_of
+from hostd.model.jobs import environ_vars, job_of
 from hostd.model.tasks import GPU_DEVICE_PREFIXES, RENDER_PREFIX, Process, Task
 
 
@@ -57,6 +58,8 @@ _DRIVERS = (
     ("/dev/nvidia", ("nvidia",)),  # nvidia-frontend (GPUs, nvidiactl), nvidia-uvm, -caps, ...
     ("/dev/kfd", ("kfd",)),
     ("/dev/accel/", ("accel",)),
+    ("/dev/hl", ("habanalabs",)),
+    ("/dev/neuron", ("neuron",)),  # aws-neuronx-dkms: alloc_chrdev_region(..., "neuron")
     (RENDER_PREFIX, ("drm",)),
 )
 # The NVIDIA GPUs' major (minor 255 is nvidiactl): Documentation/admin-guide/devices.txt
@@ -106,6 +109,7 @@ def _read_process(
         stat, creds = parse_stat(text), parse_status(status)
     except (OSError, ValueError, IndexError):
         return None  # unreadable or half-written: treated as gone for this pass
+    env: tuple[tuple[str, str], ...] = ()
     if stat.is_kthread:
         cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
     else:
@@ -117,6 +121,7 @@ def _read_process(
         cmdline = raw.rstrip("\0").replace("\0", " ")
         exe = host.readlink(paths.proc(pid, "exe"))
         gpu = _gpu_devices(host, pid) if read_fds else ()
+        env = environ_vars(host.read_quiet(paths.proc(pid, "environ")) or "")
     proc = Process(
         pid=pid,
         start_time=stat.start_time,
@@ -132,6 +137,7 @@ def _read_process(
         is_kthread=stat.is_kthread,
         session=stat.session,
         tty=stat.tty_nr != 0,
+        env=env,
     )
     return proc, creds.uid, creds.gid
 
@@ -143,6 +149,40 @@ def _parent_comm(host: Host, ppid: int, known: dict[int, Process]) -> str:
         return parent.comm
     text = host.read_quiet(paths.proc(ppid, "comm")) if ppid > 0 else None
     return text.rstrip("\n") if text else ""
+
+
+def joined(proc: Process, procs: Mapping[int, Process]) -> Process:
+    """``proc`` with its job (``hostd.model.jobs.job_of``), from its parent's in ``procs``."""
+    if proc.is_kthread:
+        return proc
+    parent = procs.get(proc.ppid)
+    pjob = parent.job if parent is not None else None
+    rank = procs.get(pjob.rank_pid) if pjob is not None and pjob.rank_pid else None
+    job = job_of(
+        pid=proc.pid,
+        comm=proc.comm,
+        cmdline=proc.cmdline,
+        cgroup=proc.cgroup,
+        env=dict(proc.env),
+        gpu=proc.gpu or proc.nvml,
+        parent=pjob,
+        parent_comm=proc.parent_comm,
+        rank_gpu=rank is not None and (rank.gpu or rank.nvml),
+    )
+    return proc if job == proc.job else replace(proc, job=job)
+
+
+def _join_all(procs: dict[int, Process]) -> None:
+    """Give every process of ``procs`` its job, parents before their children."""
+    done: set[int] = set()
+    for pid in list(procs):
+        chain = []
+        while pid in procs and pid not in done and pid not in chain:
+            chain.append(pid)
+            pid = procs[pid].ppid
+        for p in reversed(chain):
+            procs[p] = joined(procs[p], procs)
+            done.add(p)
 
 
 def descendants(host: Host, roots: list[int]) -> list[int]:
@@ -172,13 +212,16 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
         pids = [int(e) for e in host.listdir("proc") if e.isdigit()]
     found = [got for pid in pids if (got := _read_process(host, pid, nvml_pids, read_fds))]
     known = {proc.pid: proc for proc, _, _ in found}
+    for proc in known.values():
+        known[proc.pid] = replace(proc, parent_comm=_parent_comm(host, proc.ppid, known))
+    _join_all(known)
     tasks: list[Task] = []
     add = tasks.append
     # Most threads share a handful of affinities: keep one copy of each (memory, and the
     # planner's per-affinity memo hits by identity).
     interned: dict[frozenset[int], frozenset[int]] = {}
-    for proc, uid, gid in found:
-        proc = replace(proc, parent_comm=_parent_comm(host, proc.ppid, known))
+    for old, uid, gid in found:
+        proc = known[old.pid]
         for tid, text, cpus in host.thread_stats(proc.pid):
             try:
                 task = _task(tid, text, interned.setdefault(cpus, cpus), uid, gid, proc)
@@ -286,7 +329,7 @@ class TaskCache:
                 self._fds_checked[pid] = time.monotonic()
                 devices = _gpu_devices(self.host, pid)
                 if devices != proc.gpu_devices:
-                    proc = replace(proc, gpu_devices=devices)
+                    proc = joined(replace(proc, gpu_devices=devices), self.procs)
                     self._rebind(proc)
             return proc
         got = _read_process(self.host, pid, self._nvml_pids, self.read_fds)
@@ -294,6 +337,7 @@ class TaskCache:
             return None
         proc, uid, gid = got
         proc = replace(proc, parent_comm=_parent_comm(self.host, proc.ppid, self.procs))
+        proc = joined(proc, self.procs)
         self._creds[pid] = (uid, gid)
         self._fds_checked[pid] = time.monotonic()
         self._rebind(proc)
@@ -318,7 +362,7 @@ class TaskCache:
         proc = self.procs.get(pid)
         if proc is None or proc.comm == comm:
             return []
-        self._rebind(replace(proc, comm=comm))
+        self._rebind(joined(replace(proc, comm=comm), self.procs))
         return [self.tasks[t] for t in self.members.get(pid, ()) if t in self.tasks]
 
     def refresh(self, named: Iterable[tuple[int, int]], exec_pids: set[int]) -> list[Task]:

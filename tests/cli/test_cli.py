@@ -71,8 +71,9 @@ def test_classify_explain_and_plan_a_live_training_job():
         assert comms["gloo_tcp_loop"] == ("comms" if expected_rt else "rest")
         text = hostd("explain", rank).stdout
         if expected_rt:
-            assert "-> layer trainer, group 2" in text
-            assert "parent_comm_prefix = 'pt_elastic'" in text
+            assert "-> layer trainer, group 1" in text
+            assert "job_role = 'rank'" in text
+            assert f"job: rank 0 of job torchrun {job.launcher} " in text
             # Earlier layers say why they did not match, with the thread's own value.
             assert "comm is" in text
         ex = json.loads(hostd("explain", rank, "--json").stdout)

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hostd.classify import Classifier
-from hostd.model.tasks import Process, Task
+from hostd.model.jobs import Job, job_of
+from hostd.model.tasks import GPU_DEVICE_PREFIXES, Process, Task
 from hostd.policy import Policy, Predicate, load_default, load_policy, parse_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,6 +25,9 @@ INDUCTOR_CMDLINE = (
 )
 TRAIN_CMDLINE = "/usr/bin/python3 -u train.py --epochs 3"
 CUDA_FDS = ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
+RANK3 = Job("torchrun r1", "rank", 3, RANK_PID, False, "rank 3 from its environment")
+RANK3_GPU = Job("torchrun r1", "rank", 3, RANK_PID, True, "rank 3 from its environment")
+DATA3 = Job("torchrun r1", "data", 3, RANK_PID, True, "pt_data_worker below the rank")
 
 
 def make_task(
@@ -45,12 +49,35 @@ def make_task(
     kthread: bool = False,
     session: int | None = None,
     tty: bool = False,
+    env: dict[str, str] | None = None,
+    parent_job: Job | None = None,
+    rank_gpu: bool = False,
+    job: Job | str | None = "derived",
 ) -> Task:
-    """A thread with plausible defaults: a non-root user's single-threaded python3."""
+    """A thread with plausible defaults: a non-root user's single-threaded python3. Its job is
+    derived as hostd.tasks derives it (from ``env``, the cmdline, the cgroup and the parent's
+    job ``parent_job``) unless ``job`` gives one."""
     if tid is None:
         tid = pid if leader else pid + 7
     if kthread:
         cgroup, cmdline, exe, gpu_devices = "/", "", None, ()
+    if job == "derived":
+        job = (
+            None
+            if kthread
+            else job_of(
+                pid=pid,
+                comm=comm if pcomm is None else pcomm,
+                cmdline=comm if cmdline is None else cmdline,
+                cgroup=cgroup,
+                env=env or {},
+                gpu=nvml or any(d.startswith(GPU_DEVICE_PREFIXES) for d in gpu_devices),
+                parent=parent_job,
+                parent_comm=parent_comm,
+                rank_gpu=rank_gpu,
+            )
+        )
+    assert not isinstance(job, str)
     process = Process(
         pid=pid,
         start_time=100_000 + pid,
@@ -66,6 +93,8 @@ def make_task(
         is_kthread=kthread,
         session=pid if session is None else session,
         tty=tty,
+        env=tuple(sorted((env or {}).items())),
+        job=job,
     )
     return Task(
         tid=tid,
@@ -164,6 +193,14 @@ PREDICATE_CASES = [
     ("{ gpu = false }", {}, {"gpu_devices": ("/dev/nvidia3",)}),
     ("{ nvml_gpu_process = true }", {"nvml": True}, {"nvml": False}),
     ("{ nvml_gpu_process = false }", {"nvml": False}, {"nvml": True}),
+    ("{ job = true }", {"job": RANK3}, {}),
+    ("{ job = false }", {}, {"job": DATA3}),
+    ('{ job_role = "rank" }', {"job": RANK3}, {"job": DATA3}),
+    ('{ job_role = ["data", "compile"] }', {"job": DATA3}, {}),
+    # the rank's GPU (DATA3: forked from a forkserver, it holds none itself), or its own
+    ("{ job_gpu = true }", {"job": DATA3}, {"job": RANK3}),
+    ("{ job_gpu = true }", {"job": RANK3, "gpu_devices": CUDA_FDS}, {"gpu_devices": CUDA_FDS}),
+    ("{ job_gpu = false }", {"job": RANK3}, {"job": RANK3_GPU}),
     # torchrun starts each rank in a session of its own; a process it forks that does not
     # call setsid is in the launcher's session (issue: busy processes with the ranks' comm)
     ("{ session_leader = true }", {"pid": 4000}, {"pid": 4000, "session": 3990}),
@@ -281,8 +318,8 @@ def test_classify_all_keeps_input_order() -> None:
 # -- explain ----------------------------------------------------------------------------------
 def test_explain_names_the_failing_predicate_and_actual_value() -> None:
     classifier = Classifier(load_default())
-    # a non-root CPU-only rank: parent pt_elastic but not uid 0, so the trainer's gate fails
-    task = make_task("python3", pid=RANK_PID, parent_comm="pt_elastic", uid=1000)
+    # a non-root CPU-only rank of a torchrun job: a rank, but neither GPU nor root
+    task = rank(uid=1000, gid=1000)
     explanation = classifier.explain(task)
     assert explanation.layer == "rest" and explanation.group == 0
     assert [r.layer for r in explanation.layers] == [
@@ -291,34 +328,47 @@ def test_explain_names_the_failing_predicate_and_actual_value() -> None:
         "helpers",
         "trainer",
         "compile",
+        "gpu-services",
         "system",
         "rest",
     ]
-    assert [r.matched for r in explanation.layers] == [False] * 6 + [True]
+    assert [r.matched for r in explanation.layers] == [False] * 7 + [True]
     comms = explanation.layers[0]
-    assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 3
+    assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 2
     assert all(g.actual == "python3" and not g.matched for g in comms.groups)
     trainer = explanation.layers[3]
+    shown = "rank 3 of job torchrun r1 (rank 3 from its environment, started by pt_elastic)"
     assert [(g.failed, g.actual) for g in trainer.groups] == [
-        (Predicate("gpu", True), False),
-        (Predicate("nvml_gpu_process", True), False),
-        (Predicate("uid", (0,)), 1000),  # parent_comm_prefix passed; uid is the first failure
+        (Predicate("job_gpu", True), shown),  # job_role passed; the GPU gate is what failed
+        (Predicate("uid", (0,)), 1000),
     ]
     compile_ = explanation.layers[4]
-    assert compile_.groups[0].failed.name == "cmdline_regex"
-    assert compile_.groups[0].actual == "python3"  # make_task's default cmdline is the comm
+    assert compile_.groups[0].failed.name == "job_role"
+    assert compile_.groups[0].actual == shown
     lines = explanation.lines()
     assert "layer 'trainer': no match" in lines
-    assert "  group 2: uid = 0 failed (uid is 1000)" in lines
-    assert "  group 0: gpu = true failed (GPU devices open is False)" in lines
+    assert "  group 1: uid = 0 failed (uid is 1000)" in lines
     assert lines[-1] == "layer 'rest': MATCHED by group 0"
+
+
+def test_explain_says_what_an_unnamed_thread_is() -> None:
+    task = rank(leader=False, uid=1000, gpu_devices=CUDA_FDS)
+    assert task.job_line() == "unnamed thread of rank 3 of job torchrun r1"
+    named = rank("pt_autograd_0", uid=1000, gpu_devices=CUDA_FDS)
+    assert named.job_line() == (
+        "rank 3 of job torchrun r1 (rank 3 from its environment, started by pt_elastic)"
+    )
+    worker = data_worker(uid=1000, parent=FORKSERVER)
+    assert worker.job_line() == (
+        "data process of rank 3 of job torchrun r1 (pt_data_worker below the rank, pid "
+        f"{RANK_PID} being the rank)"
+    )
+    assert make_task("bash").job_line() is None
 
 
 def test_explain_matched_group_and_gpu_devices_shown() -> None:
     classifier = Classifier(load_default())
-    task = make_task(
-        "pt_data_worker", pid=5000, parent_comm="python3", uid=1000, gpu_devices=CUDA_FDS
-    )
+    task = data_worker(uid=1000, gpu=True, gpu_devices=CUDA_FDS)
     explanation = classifier.explain(task)
     assert (explanation.layer, explanation.group) == ("data", 0)
     comms = explanation.layers[0]
@@ -343,17 +393,27 @@ def test_explain_shows_negated_predicates() -> None:
     explanation = classifier.explain(task)
     assert explanation.layer == "rest"
     compile_ = explanation.layers[4]
-    assert compile_.groups[1].failed == Predicate("is_kthread", True, negate=True)
-    assert compile_.groups[1].actual is True
-    assert "  group 1: not (is_kthread = true) failed (is kernel thread is True)" in (
+    assert compile_.groups[2].failed == Predicate("is_kthread", True, negate=True)
+    assert compile_.groups[2].actual is True
+    assert "  group 2: not (is_kthread = true) failed (is kernel thread is True)" in (
         explanation.lines()
     )
 
 
 # -- the default policy on the real names of a PyTorch job (FACTS.md) ------------------------
+LAUNCHER = Job("torchrun r1", "launcher", None, 0, False, "torchrun")
+RANK_ENV = {"RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "r1"}
+SLURM_STEP = "/system.slice/slurmstepd.scope/job_4242/step_0"
+POD = (
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c2d.slice/"
+    "cri-containerd-9a8b.scope"
+)
+
+
 def rank(comm: str = "python3", **kw: object) -> Task:
     """A thread of a torchrun rank: the process keeps the interpreter's name, its parent is
-    the launcher (pt_elastic); by default root and CPU-only, as measured in FACTS.md."""
+    the launcher (pt_elastic), torchrun gave it RANK and its run id; by default root and
+    CPU-only, as measured in FACTS.md."""
     args: dict = {
         "pid": RANK_PID,
         "pcomm": "python3",
@@ -362,6 +422,31 @@ def rank(comm: str = "python3", **kw: object) -> Task:
         "uid": 0,
         "gid": 0,
         "leader": comm == "python3",
+        "env": RANK_ENV,
+        "parent_job": LAUNCHER,
+    }
+    args.update(kw)
+    return make_task(comm, **args)
+
+
+def of_rank(gpu: bool = False) -> Job:
+    """The job of rank 3 itself (what its children inherit)."""
+    task = rank(gpu_devices=CUDA_FDS if gpu else ())
+    assert task.process.job is not None
+    return task.process.job
+
+
+def child(comm: str, *, gpu: bool = False, parent: Job | None = None, **kw: object) -> Task:
+    """A process below rank 3 (forked by it, or by its forkserver: ``parent``), root unless
+    ``uid`` says otherwise; ``gpu``: the rank holds GPU-driver files."""
+    args: dict = {
+        "pid": 5001,
+        "parent_comm": "python3",
+        "cmdline": TRAIN_CMDLINE,
+        "uid": 0,
+        "gid": 0,
+        "env": RANK_ENV,
+        "parent_job": parent or of_rank(gpu),
     }
     args.update(kw)
     return make_task(comm, **args)
@@ -369,32 +454,53 @@ def rank(comm: str = "python3", **kw: object) -> Task:
 
 def data_worker(**kw: object) -> Task:
     """A DataLoader worker: a process forked from the rank and renamed, with its cmdline."""
-    args: dict = {
-        "pid": 5001,
-        "parent_comm": "python3",
-        "cmdline": TRAIN_CMDLINE,
-        "uid": 0,
-        "gid": 0,
-    }
-    args.update(kw)
-    return make_task("pt_data_worker", **args)
+    return child("pt_data_worker", **kw)
+
+
+FORKSERVER = child(
+    "python3.14", gpu=True, cmdline="/usr/bin/python3.14 -c from multiprocessing.forkserver ..."
+).process.job
 
 
 DEFAULT_CASES = [
-    ("rank main thread, root, CPU", rank(), "trainer", 2),
-    ("rank OpenMP worker (python3, tid != pid)", rank(leader=False), "trainer", 2),
+    ("rank main thread, root, CPU", rank(), "trainer", 1),
+    ("rank OpenMP worker (python3, tid != pid)", rank(leader=False), "trainer", 1),
     ("rank main thread, not root, CPU", rank(uid=1000, gid=1000), "rest", 0),
     ("rank main thread, CUDA fds", rank(uid=1000, gpu_devices=CUDA_FDS), "trainer", 0),
-    ("rank main thread, in NVML only", rank(uid=1000, nvml=True), "trainer", 1),
+    ("rank main thread, in NVML only", rank(uid=1000, nvml=True), "trainer", 0),
     ("rank on ROCm (/dev/kfd)", rank(uid=1000, gpu_devices=("/dev/kfd",)), "trainer", 0),
+    (
+        "rank on Gaudi (/dev/accel)",
+        rank(uid=1000, gpu_devices=("/dev/accel/accel0",)),
+        "trainer",
+        0,
+    ),
+    ("rank on Trainium (/dev/neuron)", rank(uid=1000, gpu_devices=("/dev/neuron0",)), "trainer", 0),
+    (
+        "an unnamed NCCL thread of a CUDA rank (NCCL_SET_THREAD_NAME unset)",
+        rank(leader=False, uid=1000, gpu_devices=CUDA_FDS),
+        "trainer",
+        0,
+    ),
     ("pt_data_worker, root", data_worker(), "data", 2),
     ("pt_data_worker thread (tid != pid)", data_worker(leader=False), "data", 2),
-    ("pt_data_worker of a CUDA rank", data_worker(uid=1000, gpu_devices=CUDA_FDS), "data", 0),
-    ("pt_data_worker, in NVML", data_worker(uid=1000, nvml=True), "data", 1),
+    ("pt_data_worker of a CUDA rank", data_worker(uid=1000, gpu=True), "data", 0),
+    (
+        "pt_data_worker from a forkserver (Python 3.14), CUDA rank",
+        data_worker(uid=1000, parent=FORKSERVER, parent_comm="python3.14"),
+        "data",
+        0,
+    ),
     ("pt_data_worker, not root, CPU", data_worker(uid=1000), "rest", 0),
-    ("pt_data_pin thread of a CUDA rank", rank("pt_data_pin", gpu_devices=CUDA_FDS), "data", 0),
-    ("gloo_tcp_loop, root CPU rank", rank("gloo_tcp_loop"), "comms", 2),
-    ("pt_gloo_runloop, root CPU rank", rank("pt_gloo_runloop"), "comms", 2),
+    ("pt_data_pin thread of a CUDA rank", rank("pt_data_pin", gpu_devices=CUDA_FDS), "data", 1),
+    (
+        "QueueFeederThre (Python 3.14) of a CUDA rank",
+        rank("QueueFeederThre", uid=1000, gpu_devices=CUDA_FDS),
+        "data",
+        1,
+    ),
+    ("gloo_tcp_loop, root CPU rank", rank("gloo_tcp_loop"), "comms", 1),
+    ("pt_gloo_runloop, root CPU rank", rank("pt_gloo_runloop"), "comms", 1),
     ("gloo_tcp_loop, non-root CPU rank", rank("gloo_tcp_loop", uid=1000), "rest", 0),
     (
         "pt_nccl_watchdg, CUDA rank",
@@ -402,7 +508,7 @@ DEFAULT_CASES = [
         "comms",
         0,
     ),
-    ("pt_nccl_heartbt, NVML rank", rank("pt_nccl_heartbt", uid=1000, nvml=True), "comms", 1),
+    ("pt_nccl_heartbt, NVML rank", rank("pt_nccl_heartbt", uid=1000, nvml=True), "comms", 0),
     ("NCCL Progress 3, CUDA rank", rank("NCCL Progress 3", gpu_devices=CUDA_FDS), "comms", 0),
     (
         "pt_autograd_0, CUDA rank",
@@ -411,7 +517,15 @@ DEFAULT_CASES = [
         0,
     ),
     (
-        "cc1plus, child of g++",
+        "Thread-2 (_serve) (Python 3.14) of a CUDA rank",
+        rank("Thread-2 (_serv", uid=1000, gpu_devices=CUDA_FDS),
+        "helpers",
+        2,
+    ),
+    ("the forkserver below a rank", child("python3.14", gpu=True, uid=1000), "helpers", 0),
+    ("wandb-core below a rank", child("wandb-core", gpu=True, uid=1000), "helpers", 0),
+    (
+        "cc1plus, child of another user's g++ (no job)",
         make_task(
             "cc1plus",
             pid=6000,
@@ -420,31 +534,38 @@ DEFAULT_CASES = [
             uid=0,
         ),
         "compile",
-        1,
+        2,
     ),
-    (
-        "g++, child of the rank",
-        make_task("g++", pid=6001, parent_comm="python3", uid=0),
-        "compile",
-        1,
-    ),
+    ("g++, child of the rank", child("g++", pid=6001), "compile", 0),
+    ("ptxas, child of a CUDA rank", child("ptxas", pid=6002, gpu=True, uid=1000), "compile", 0),
     (
         "Inductor compile worker (cmdline only)",
-        make_task("python3", pid=6100, parent_comm="python3", cmdline=INDUCTOR_CMDLINE, uid=0),
+        child("python3", pid=6100, cmdline=INDUCTOR_CMDLINE),
         "compile",
         0,
     ),
     (
         "Inductor compile worker's pool thread",
-        make_task(
-            "python3", pid=6100, leader=False, parent_comm="python3", cmdline=INDUCTOR_CMDLINE
-        ),
+        child("python3", pid=6100, leader=False, cmdline=INDUCTOR_CMDLINE),
         "compile",
         0,
     ),
     (
         "pt_elastic launcher",
         make_task("pt_elastic", pid=4000, parent_comm="bash", uid=0),
+        "helpers",
+        0,
+    ),
+    (
+        "torchrun before it renames itself, in a Slurm step",
+        make_task(
+            "torchrun",
+            pid=4000,
+            parent_comm="slurmstepd",
+            cmdline="/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 8 train.py",
+            cgroup=SLURM_STEP + "/user/task_0",
+            uid=1000,
+        ),
         "helpers",
         0,
     ),
@@ -472,11 +593,94 @@ DEFAULT_CASES = [
         0,
     ),
     (
-        # FACTS.md: CUDA driver threads live in the CUDA process, which holds /dev/nvidia*,
-        # so the trainer layer's `gpu = true` takes them before "helpers" is tried.
+        # FACTS.md: CUDA driver threads live in the CUDA process, which holds /dev/nvidia*.
         "cuda-EvtHandlr of a CUDA rank",
         rank("cuda-EvtHandlr", uid=1000, gpu_devices=CUDA_FDS),
         "trainer",
+        0,
+    ),
+    (
+        "a Slurm task (srun, no torchrun): SLURM_PROCID in its step, CUDA",
+        make_task(
+            "python3",
+            pid=7000,
+            parent_comm="slurmstepd",
+            cgroup=SLURM_STEP + "/user/task_2",
+            env={"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2"},
+            uid=1000,
+            gpu_devices=CUDA_FDS,
+        ),
+        "trainer",
+        0,
+    ),
+    (
+        "slurmstepd, the step's root daemon",
+        make_task(
+            "slurmstepd", pid=6990, cgroup=SLURM_STEP + "/slurm", uid=0, parent_comm="systemd"
+        ),
+        "system",
+        0,
+    ),
+    (
+        "a Kubernetes PyTorchJob rank (RANK, WORLD_SIZE), CUDA",
+        make_task(
+            "python",
+            pid=7100,
+            parent_comm="containerd-shim",
+            cgroup=POD,
+            env={"RANK": "1", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "job-0"},
+            uid=1000,
+            gpu_devices=CUDA_FDS,
+        ),
+        "trainer",
+        0,
+    ),
+    (
+        "nvidia-persistenced (root, a system service, holds every GPU)",
+        make_task(
+            "nvidia-persiste",
+            pid=800,
+            cgroup="/system.slice/nvidia-persistenced.service",
+            uid=0,
+            gpu_devices=CUDA_FDS,
+        ),
+        "gpu-services",
+        0,
+    ),
+    (
+        "nv-hostengine (DCGM)",
+        make_task(
+            "nv-hostengine",
+            pid=801,
+            cgroup="/system.slice/nvidia-dcgm.service",
+            uid=0,
+            gpu_devices=CUDA_FDS,
+        ),
+        "gpu-services",
+        0,
+    ),
+    (
+        "dcgm-exporter in a pod, in NVML's list",
+        make_task("dcgm-exporter", pid=802, cgroup=POD, uid=0, nvml=True),
+        "gpu-services",
+        1,
+    ),
+    (
+        "another user's python holding a GPU, no job",
+        make_task("python3", pid=803, uid=1001, gpu_devices=CUDA_FDS),
+        "gpu-services",
+        0,
+    ),
+    (
+        "another user's process that sets RANK and WORLD_SIZE, no GPU",
+        make_task("python3", pid=804, uid=1001, env={"RANK": "0", "WORLD_SIZE": "1"}),
+        "rest",
+        0,
+    ),
+    (
+        "root's shell that exports RANK and WORLD_SIZE: no job without a launcher or MASTER_ADDR",
+        make_task("bash", pid=805, uid=0, tty=True, env={"RANK": "0", "WORLD_SIZE": "1"}),
+        "rest",
         0,
     ),
     ("kworker kernel thread", make_task("kworker/3:1H", pid=90, kthread=True, uid=0), "rest", 0),

@@ -604,7 +604,7 @@ def test_zombies_are_skipped(host, tids):
 
 
 @pytest.mark.parametrize(
-    ("host", "count", "rank0_threads"), [("dgx-h100", 64, 12), ("amd-mi300x", 32, 5)]
+    ("host", "count", "rank0_threads"), [("dgx-h100", 69, 12), ("amd-mi300x", 32, 5)]
 )
 def test_task_counts(host, count, rank0_threads):
     found = tasks(host)
@@ -617,11 +617,14 @@ def test_dgx_gpu_processes_and_the_gpus_they_use():
     found = tasks("dgx-h100").values()
     leaders = {t.pid: t.process for t in found if t.is_leader}
     gpu_pids = sorted(pid for pid, p in leaders.items() if p.gpu)
-    assert gpu_pids == [4000, 4100, 4150, 4160, 4200, 4250, 4260]
+    # nvidia-persistenced (1300) and DCGM's nv-hostengine (1310) hold every GPU
+    assert gpu_pids == [1300, 1310, 4000, 4100, 4150, 4160, 4200, 4250, 4260]
     assert sorted(pid for pid, p in leaders.items() if p.nvml) == [4100, 4200]
     t = topo("dgx-h100")
     nodes = {pid: t.gpu_by_minor("nvidia", leaders[pid].nvidia_minors[0]).node for pid in gpu_pids}
-    assert nodes == {4000: 0, 4100: 0, 4150: 0, 4160: 0, 4200: 1, 4250: 1, 4260: 1}
+    assert nodes == {
+        1300: 0, 1310: 0, 4000: 0, 4100: 0, 4150: 0, 4160: 0, 4200: 1, 4250: 1, 4260: 1,
+    }  # fmt: skip
 
 
 def test_every_kernel_thread_is_flagged_and_has_no_user_facts():
@@ -705,6 +708,15 @@ def test_capture_keeps_only_gpu_fds_and_drops_sensitive_cmdlines(tmp_path):
     assert capture.SENSITIVE.search("app --api-token=abc")
     assert capture.ENV_ASSIGNMENT.search("env\0CUDA_VISIBLE_DEVICES=0\0python3")
     assert not capture.SENSITIVE.search("python3 train.py --lr=3e-4")
+    # of the environment, only the job variables hostd reads (PATH and LANG are left out)
+    environ = (dest / "proc" / "7100" / "environ").read_bytes().split(b"\0")
+    assert b"RANK=0" in environ and not [e for e in environ if e.startswith((b"PATH", b"LANG"))]
+
+
+def test_capture_keeps_the_job_variables_hostd_reads():
+    from hostd.model.jobs import JOB_VARS
+
+    assert _load_tool("capture_host").JOB_VARS == JOB_VARS
 
 
 def test_capture_limits_processes_gpu_first(tmp_path):
@@ -712,7 +724,7 @@ def test_capture_limits_processes_gpu_first(tmp_path):
     dest = tmp_path / "dgx"
     capture.main([str(dest), "--source", str(HOSTS / "dgx-h100"), "--max-processes", "8"])
     pids = sorted(int(p) for p in os.listdir(dest / "proc") if p.isdigit())
-    assert pids == [1, 4000, 4100, 4150, 4160, 4200, 4250, 4260]
+    assert pids == [1300, 1310, 4000, 4100, 4150, 4160, 4200, 4250]  # GPU holders first
 
 
 def test_committed_trees_hold_no_paths_of_the_machine_that_made_them():

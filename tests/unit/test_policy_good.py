@@ -100,6 +100,11 @@ def test_bool_predicates_and_not() -> None:
         [Predicate("is_group_leader", True), Predicate("gpu", True)],
         [Predicate("session_leader", True), Predicate("uid", (0,))],
         [
+            Predicate("job", True),
+            Predicate("job_role", ("rank", "data")),
+            Predicate("job_gpu", True),
+        ],
+        [
             Predicate("is_kthread", True),
             Predicate("comm_prefix", ("kworker", "ksoftirqd"), negate=True),
         ],
@@ -368,10 +373,13 @@ def test_default_policy_layers() -> None:
         "helpers",
         "trainer",
         "compile",
+        "gpu-services",
         "system",
         "rest",
     ]
     assert policy.layer("system").sched == Sched(group_nice=0)
+    services = policy.layer("gpu-services")  # issue 17: no protection, never demoted
+    assert (services.sched, services.preempt, services.preemptible) == (Sched(), False, False)
     # BENCHMARKS.md: comms as FIFO 20 and at nice -5 slowed the job; they weigh as their rank
     assert policy.layer("comms").sched == Sched()
     assert not any(ly.sched.realtime for ly in policy.layers)

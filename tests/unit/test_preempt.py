@@ -13,7 +13,7 @@ from hostd.plan import TaskPlanner, plan
 from hostd.policy import Guard, Preempt, load_default, parse_policy
 from hostd.preempt import Sample, Watch, explain, shielding_layers, why_group_kept, why_kept
 from tests.synth import topology as synth
-from tests.unit.test_classify import make_task
+from tests.unit.test_classify import LAUNCHER, RANK_ENV, make_task
 
 REPO_POLICY = Path(__file__).resolve().parents[2] / "hostd" / "policy" / "training.toml"
 
@@ -301,10 +301,17 @@ def test_a_demoted_sessions_non_preemptible_leader_gets_only_the_session_weight(
 def test_a_rank_leads_its_session_a_busy_sibling_does_not() -> None:
     policy = load_default()
     cls = Classifier(policy)
-    rank = make_task("python3", pid=910, parent_comm="pt_elastic", uid=0)
-    sibling = make_task("python3", pid=911, session=900, parent_comm="pt_elastic", uid=0)
+    # torchrun gives each rank its RANK; a busy process started in the launcher's session
+    # has none: it is in the job, below no rank
+    rank = make_task(
+        "python3", pid=910, parent_comm="pt_elastic", uid=0, env=RANK_ENV, parent_job=LAUNCHER
+    )
+    sibling = make_task(
+        "python3", pid=911, session=900, parent_comm="pt_elastic", uid=0, parent_job=LAUNCHER
+    )
     assert cls.classify(rank).name == "trainer"
     assert cls.classify(sibling).name == "rest"
+    assert sibling.process.job is not None and sibling.process.job.role == "other"
 
 
 def test_session_nice_keep_leaves_the_session_weight() -> None:
@@ -351,8 +358,9 @@ def _realtime_comms():
 
 def test_a_runaway_real_time_thread_gets_normal_scheduling() -> None:
     policy = _realtime_comms()
-    comm = make_task("gloo_tcp_loop", pid=910, tid=915, leader=False, uid=0)
-    comm.process = type(comm.process)(**{**_fields(comm.process), "parent_comm": "pt_elastic"})
+    comm = make_task(
+        "gloo_tcp_loop", pid=910, tid=915, leader=False, uid=0, env=RANK_ENV, parent_job=LAUNCHER
+    )
     planner, cls = _planner(policy)
     assert _decide(planner, cls, comm).policy == "fifo"
     planner, cls = _planner(policy, runaways={comm.key})
