@@ -99,7 +99,10 @@ def build(procs: list[Proc]) -> list[Thread]:
 
 # -- the pieces of a node -------------------------------------------------------------------
 SLURM = "/system.slice/slurmstepd.scope/job_4242/step_0"
-POD = "/kubepods.slice/kubepods-pod6f1c2d.slice/cri-containerd-9a8b.scope"
+SLURM_V1 = "/slurm/uid_1000/job_4242/step_0"  # cgroup v1 (proctrack/cgroup, task/cgroup)
+POD = "/kubepods.slice/kubepods-pod6f1c2d.slice/cri-containerd-9a8b.scope"  # systemd driver
+POD_CGROUPFS = "/kubepods/burstable/pod6f1c2d/9a8b"  # the cgroupfs driver
+DOCKER = "/system.slice/docker-3c4d5e.scope"  # docker run, systemd driver
 SERVICES_POD = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77aa.slice"
 
 
@@ -231,19 +234,25 @@ def pytorch_job(
     """One node of a torchrun (or DeepSpeed) DDP/FSDP job: ``ranks`` ranks, each with its
     CUDA threads, PyTorch's named threads, NCCL's threads, ``workers`` DataLoader workers, an
     Inductor compile worker pool; rank 0 runs a wandb agent."""
-    cgroup = {"slurm": SLURM + "/user/task_0", "k8s": POD, "ssh": "/user.slice/user-1000.slice"}[
-        layout
-    ]
+    cgroup = {
+        "slurm": SLURM + "/user/task_0",
+        "slurm-v1": SLURM_V1 + "/task_0",
+        "k8s": POD,
+        "k8s-cgroupfs": POD_CGROUPFS,
+        "docker": DOCKER,
+        "ssh": "/user.slice/user-1000.slice/session-7.scope",
+    }[layout]
     env_job = {"NCCL_SET_THREAD_NAME": "1"} if nccl_names else {}
-    if layout == "slurm":
+    if layout.startswith("slurm"):
         env_job |= {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}
     out: list[Proc] = []
     top = None
-    if layout == "slurm":
+    if layout.startswith("slurm"):
+        where = SLURM + "/slurm" if layout == "slurm" else "/system.slice/slurmd.service"
         out.append(Proc("stepd", "slurmstepd", None, "system", "Slurm's step daemon (root)",
-                        uid=0, cgroup=SLURM + "/slurm"))  # fmt: skip
+                        uid=0, cgroup=where))  # fmt: skip
         top = "stepd"
-    elif layout == "k8s":
+    elif layout.startswith(("k8s", "docker")):
         out.append(Proc("shim", "containerd-shim", None, "system", "the container runtime",
                         uid=0, cgroup="/system.slice/containerd.service"))  # fmt: skip
         top = "shim"
@@ -394,6 +403,13 @@ NODES = {
     ),
     "deepspeed-ssh": lambda: pytorch_job(launcher="deepspeed", layout="ssh") + services(),
     "jax-slurm": lambda: jax_job() + services(),
+    # the same job in the other layouts: it must land alike in each
+    "ddp-py311-slurm-v1": lambda: pytorch_job(layout="slurm-v1", nccl_names=True) + services(),
+    "ddp-py311-k8s-cgroupfs": lambda: (
+        pytorch_job(layout="k8s-cgroupfs", nccl_names=True) + services(k8s=True)
+    ),
+    "ddp-py311-docker": lambda: pytorch_job(layout="docker", nccl_names=True) + services(),
+    "ddp-py311-ssh": lambda: pytorch_job(layout="ssh", nccl_names=True) + services(),
 }
 
 

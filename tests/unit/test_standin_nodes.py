@@ -65,6 +65,25 @@ def test_the_thread_kinds_and_their_reasons():
     assert by_kind["pt_elastic (main)"][:2] == ("helpers", "helpers")
 
 
+def test_a_job_lands_alike_in_every_layout():
+    """Slurm (v1 and v2), Kubernetes (systemd and cgroupfs drivers), Docker, a bare ssh
+    session: the same job's threads, kind by kind, in the same layers."""
+
+    def layers(node: str) -> dict[tuple[str, str], set[str]]:
+        out: dict[tuple[str, str], set[str]] = {}
+        for t in build(NODES[node]()):
+            if t.task.process.job is not None:
+                out.setdefault((t.kind, t.reason), set()).add(CLASSIFIER.classify(t.task).name)
+        return out
+
+    first = layers("ddp-py311-slurm-nccl-named")
+    assert all(len(v) == 1 for v in first.values()), first
+    for node in ("ddp-py311-slurm-v1", "ddp-py311-k8s-cgroupfs", "ddp-py311-docker"):
+        assert layers(node) == first, node
+    ssh = layers("ddp-py311-ssh")
+    assert ssh == first
+
+
 def test_doctor_names_the_jobs_that_could_name_their_threads():
     unnamed = job_findings(t.task for t in build(NODES["ddp-py311-slurm"]()))
     assert [(f.feature, f.ok) for f in unnamed] == [("job threads", False)]
