@@ -192,6 +192,7 @@ def services(k8s: bool = False) -> list[Proc]:
                 why,
                 uid=0,
                 cgroup=SERVICES_POD,
+                fds=gpus,
                 nvml=True,
                 threads=[(None, 8, "gpu-services", why)],
             ),

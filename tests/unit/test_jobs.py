@@ -1,0 +1,100 @@
+"""hostd.model.jobs: which job a process belongs to and its role, table by table."""
+
+from __future__ import annotations
+
+import pytest
+
+from hostd.model.jobs import Job, environ_vars, job_of, launcher_kind, slurm_step
+
+LAUNCHER = Job("torchrun 40", "launcher", None, 0, False, "torchrun")
+RANK = Job("torchrun 40", "rank", 3, 41, True, "rank 3")
+
+
+def of(comm="python3", *, cmdline="", cgroup="/", env=None, gpu=False, parent=None, pid=50):
+    return job_of(
+        pid=pid, comm=comm, cmdline=cmdline or comm, cgroup=cgroup, env=env or {}, gpu=gpu,
+        parent=parent, parent_comm="x", rank_gpu=False,
+    )  # fmt: skip
+
+
+def test_environ_keeps_the_job_variables_only():
+    raw = b"PATH=/bin\0RANK=3\0SECRET=x\0WORLD_SIZE=8\0RANK=9\0broken\0NCCL_SET_THREAD_NAME=1\0"
+    assert environ_vars(raw) == (("NCCL_SET_THREAD_NAME", "1"), ("RANK", "3"), ("WORLD_SIZE", "8"))
+    assert environ_vars("") == ()
+
+
+@pytest.mark.parametrize(
+    ("comm", "cmdline", "kind"),
+    [
+        ("pt_elastic", "", "torchrun"),
+        ("python3", "/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 8 t.py", "torchrun"),
+        ("python3", "/usr/bin/python3 -m torch.distributed.run t.py", "torchrun"),
+        ("python3", "/usr/bin/python3 -m torch.distributed.launch t.py", "torchrun"),
+        ("deepspeed", "", "deepspeed"),
+        ("python3", "python3 -m deepspeed.launcher.launch --world_info=x", "deepspeed"),
+        ("python3", "/usr/bin/python3 /usr/bin/accelerate launch t.py", "accelerate"),
+        ("mpirun", "", "mpirun"),
+        ("prted", "", "mpirun"),
+        ("srun", "", "srun"),
+        ("python3", "python3 train.py --torchrun-like", None),
+        ("python3", "vim torchrun.md", None),
+    ],
+)
+def test_launchers(comm, cmdline, kind):
+    assert launcher_kind(comm, cmdline) == kind
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "step"),
+    [
+        ("/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0", ("4242", "0")),
+        ("/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0", ("4242", "batch")),
+        ("/slurm/uid_1000/job_77/step_extern/task_0", ("77", "extern")),
+        ("/user.slice/job_1/step_2", None),  # no Slurm in the path: a user's own naming
+        ("/system.slice/ssh.service", None),
+    ],
+)
+def test_slurm_steps(cgroup, step):
+    assert slurm_step(cgroup) == step
+
+
+def test_roles():
+    launcher = of("pt_elastic", pid=40)
+    assert (launcher.role, launcher.id) == ("launcher", "torchrun 40")
+    rank = of(env={"RANK": "3", "TORCHELASTIC_RUN_ID": "r"}, parent=LAUNCHER, pid=41, gpu=True)
+    assert (rank.role, rank.rank, rank.rank_pid, rank.gpu) == ("rank", 3, 41, True)
+    stray = of(parent=LAUNCHER)  # started by the launcher without a rank
+    assert (stray.role, stray.rank) == ("other", None)
+    # below a rank, whatever the depth and the route (forked, forkserver)
+    assert of("pt_data_worker", parent=RANK).role == "data"
+    forkserver = of("python3", parent=RANK)
+    assert (forkserver.role, forkserver.rank, forkserver.gpu) == ("helper", 3, True)
+    assert of("pt_data_worker", parent=forkserver).role == "data"
+    worker = of("python3", cmdline="python3 .../torch/_inductor/compile_worker/__main__.py",
+                parent=RANK)  # fmt: skip
+    assert worker.role == "compile"
+    assert of("sh", parent=worker).role == "compile"  # a compile worker's child
+    assert of("ptxas", parent=RANK).role == "compile"
+    assert of("wandb-core", parent=RANK).role == "helper"
+
+
+def test_what_makes_no_job():
+    assert of() is None
+    assert of("slurmstepd", cgroup="/system.slice/slurmstepd.scope/job_1/step_0/slurm") is None
+    # a shell that exports RANK and WORLD_SIZE is no job without MASTER_ADDR
+    assert of("bash", env={"RANK": "0", "WORLD_SIZE": "1"}) is None
+    pod = of(env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-0"})
+    assert pod is not None and pod.role == "rank"
+    # SLURM_PROCID counts only inside a step
+    assert of(env={"SLURM_PROCID": "0"}) is None
+    step = "/system.slice/slurmstepd.scope/job_9/step_0/user/task_0"
+    task = of(env={"SLURM_PROCID": "2"}, cgroup=step)
+    assert (task.id, task.role, task.rank) == ("slurm 9.0", "rank", 2)
+    batch = of("bash", cgroup=step)
+    assert (batch.id, batch.role) == ("slurm 9.0", "other")
+
+
+def test_describe():
+    assert RANK.describe() == "rank 3 of job torchrun 40"
+    assert Job("j", "data", 3, 41, True, "w").describe() == "data process of rank 3 of job j"
+    assert LAUNCHER.describe() == "launcher of job torchrun 40"
