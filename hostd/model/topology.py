@@ -44,12 +44,12 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
-    vendor: str  # "nvidia" | "amd"
+    vendor: str  # "nvidia" | "amd" | "accel:VENDOR" (the kernel's accel subsystem: "accel:habana")
     name: str
     pci: str
     node: int | None  # None when the firmware did not say (numa_node = -1)
     local_cpus: frozenset[int]
-    minor: int | None  # /dev/nvidiaN for NVIDIA; the renderD minor for AMD
+    minor: int | None  # /dev/nvidiaN for NVIDIA; the renderD minor for AMD; /dev/accel/accelN
     source: str  # "nvml" | "sysfs"
 
 

@@ -9,7 +9,8 @@ from hostd.model.topology import Topology
 
 
 def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
-    """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN or renderD minor)."""
+    """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN, a renderD minor with
+    /dev/kfd, or /dev/accel/accelN)."""
     nodes = []
     for minor in proc.nvidia_minors:
         gpu = topo.gpu_by_minor("nvidia", minor)
@@ -21,6 +22,14 @@ def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
                 gpu = topo.gpu_by_minor("amd", int(dev[16:]))
                 if gpu is not None and gpu.node is not None:
                     nodes.append(gpu.node)
+    for dev in proc.gpu_devices:
+        if dev.startswith("/dev/accel/accel") and dev[16:].isdigit():
+            accel = int(dev[16:])
+            gpu = next(
+                (g for g in topo.gpus if g.vendor.startswith("accel") and g.minor == accel), None
+            )
+            if gpu is not None and gpu.node is not None:
+                nodes.append(gpu.node)
     return tuple(nodes)
 
 

@@ -24,6 +24,10 @@ from hostd.model.cpus import EMPTY, parse_cpulist
 from hostd.model.topology import Cpu, CpuFreq, Gpu, Irq, Nic, Node, Topology
 
 GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd"}
+# Devices of the kernel's accel subsystem (/dev/accel/accelN, drivers/accel: Intel Gaudi
+# through habanalabs, Intel NPU, AMD XDNA, ...), whatever their vendor: an ``accel/accelN``
+# entry below the PCI device names their minor. Named vendors; others are "accel".
+ACCEL_VENDORS = {0x1DA3: "habana", 0x8086: "intel", 0x1022: "amd"}
 # PCI class codes (upper 16 bits of the 24-bit class): VGA, 3D controller, other display
 # controller (AMD Instinct MI100-MI250), processing accelerator (AMD MI300).
 GPU_CLASSES = {0x0300, 0x0302, 0x0380, 0x1200}
@@ -128,12 +132,21 @@ def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str
     nvml_by_pci = {g.pci_bus_id: g for g in nvml.gpus} if nvml else {}
     found: list[tuple[str, str, int | None, str]] = []  # (pci, vendor, minor, name)
     for pci in sorted(host.listdir(paths.PCI_DEVICES)):
-        vendor = GPU_VENDORS.get(parse_int(host.read_line(paths.pci(pci, "vendor")), 0) or 0)
+        vendor_id = parse_int(host.read_line(paths.pci(pci, "vendor")), 0) or 0
+        vendor = GPU_VENDORS.get(vendor_id)
         pci_class = parse_int(host.read_line(paths.pci(pci, "class")), 0) or 0
-        if vendor is None or (pci_class >> 8) not in GPU_CLASSES:
-            continue
+        accels = sorted(
+            int(d[len("accel") :])
+            for d in host.listdir(paths.pci(pci, "accel"))
+            if d.startswith("accel") and d[len("accel") :].isdigit()
+        )
         minor: int | None = None
         name = ""
+        if accels:  # /dev/accel/accelN: its minor names it, whoever made it
+            found.append((pci, f"accel:{ACCEL_VENDORS.get(vendor_id, 'accel')}", accels[0], ""))
+            continue
+        if vendor is None or (pci_class >> 8) not in GPU_CLASSES:
+            continue
         if vendor == "nvidia":
             info = host.read_quiet(paths.nvidia_gpu_information(pci)) or ""
             minor = parse_nvidia_minor(info)
