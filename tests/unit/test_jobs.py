@@ -98,3 +98,35 @@ def test_describe():
     assert RANK.describe() == "rank 3 of job torchrun 40"
     assert Job("j", "data", 3, 41, True, "w").describe() == "data process of rank 3 of job j"
     assert LAUNCHER.describe() == "launcher of job torchrun 40"
+
+
+def test_the_agents_cache_gives_a_new_process_its_job(tmp_path):
+    """A process that appears between passes (a fork event) gets its job from its parent as
+    the cache knows it; a renamed leader gets its role again."""
+    import shutil
+
+    from hostd.host import Host
+    from hostd.tasks import TaskCache
+    from tests.fakes import host_copy
+
+    tree = host_copy(tmp_path)
+    cache = TaskCache(Host(tree))
+    cache.rescan()
+    assert cache.procs[4150].job.role == "data" and cache.procs[4150].job.rank == 0
+    assert cache.procs[4100].job.role == "rank" and cache.procs[4100].job.gpu
+    assert cache.procs[4000].job.role == "launcher"
+    assert cache.procs[1300].job is None  # nvidia-persistenced: no job
+    # rank 0 forks a worker (a copy of 4150 as 4170), not yet renamed
+    new = tree / "proc" / "4170"
+    shutil.copytree(tree / "proc" / "4150", new, symlinks=True)
+    (new / "task" / "4150").rename(new / "task" / "4170")
+    for stat in (new / "stat", new / "task" / "4170" / "stat"):
+        stat.write_text(stat.read_text().replace("4150 (pt_data_worker)", "4170 (python3)", 1))
+    for extra in (new / "task").iterdir():
+        if extra.name != "4170":
+            shutil.rmtree(extra)
+    (task,) = cache.refresh([(4170, 4170)], exec_pids=set())
+    assert task.process.job.role == "helper" and task.process.job.rank == 0
+    renamed = cache.renamed_leader(4170, "pt_data_worker")
+    assert [t.tid for t in renamed] == [4170]
+    assert cache.procs[4170].job.role == "data"
