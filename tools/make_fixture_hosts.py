@@ -231,6 +231,7 @@ class Pci:
     local_cpus: Sequence[int]
     msi: Sequence[int] = ()
     drm: Sequence[str] = ()
+    accel: Sequence[str] = ()  # the kernel's accel subsystem: accel/accelN
 
 
 def write_pci(tree: Tree, dev: Pci) -> None:
@@ -244,6 +245,8 @@ def write_pci(tree: Tree, dev: Pci) -> None:
         tree.mark(f"{d}msi_irqs/{irq}")
     for entry in dev.drm:
         tree.mark(f"{d}drm/{entry}")
+    for entry in dev.accel:
+        tree.mark(f"{d}accel/{entry}")
 
 
 def write_net(tree: Tree, iface: str, device_path: str | None) -> None:
@@ -1461,12 +1464,109 @@ def make_amd(root: str) -> None:
     write_procs(tree, procs, layout.ncpus, 2)
 
 
+# Intel Gaudi 2 (HLS-Gaudi2): 8 HL-225 OAMs behind PCIe switches, 4 per socket.
+GAUDI_ACCELS = (
+    ("0000:19:00.0", 0), ("0000:1a:00.0", 0), ("0000:33:00.0", 0), ("0000:34:00.0", 0),
+    ("0000:9a:00.0", 1), ("0000:9b:00.0", 1), ("0000:b3:00.0", 1), ("0000:b4:00.0", 1),
+)  # fmt: skip
+
+
+def make_gaudi(root: str) -> None:
+    """An HLS-Gaudi2-like server, scaled down: 2 x 8 cores x 2 threads, pure cgroup v2, 8 Gaudi 2
+    found only through sysfs (vendor 0x1da3, the accel subsystem's accel/accelN), a PyTorch job
+    whose ranks hold /dev/accel/accelN and /dev/accel/accel_controlDN, and a metrics exporter
+    (root, a system service) that holds every device."""
+    host = "gaudi2"
+    tree = Tree(root)
+    layout = CpuLayout(sockets=2, cores_per_socket=8, threads=2, cores_per_llc=8)
+    cpus = layout.all_cpus
+    node_cpus = [layout.socket_cpus(0), layout.socket_cpus(1)]
+    write_cpus(
+        tree,
+        layout,
+        Freq(
+            driver="intel_pstate",
+            governor="powersave",
+            governors="performance powersave",
+            epp="balance_performance",
+            epps="default performance balance_performance balance_power power",
+            hw_min=800000,
+            hw_max=3400000,
+        ),
+    )
+    write_nodes(tree, node_cpus, ["10 21", "21 10"], mem_kb=1_056_430_728)
+    tree.write("proc/sys/kernel/hostname", host)
+    tree.write("proc/self/mountinfo", "\n".join(COMMON_MOUNTS + V2_MOUNTS))
+    tree.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc")
+    irqs: list[IrqSpec] = [
+        IrqSpec(0, "IR-IO-APIC", "2-edge", "timer", cpus, [0], -1, count=41),
+    ]
+    for n, (pci, node) in enumerate(GAUDI_ACCELS):
+        irq = 500 + n
+        write_pci(
+            tree,
+            Pci(pci, 0x1DA3, 0x1020, 0x120000, node, node_cpus[node], [irq], (), [f"accel{n}"]),
+        )
+        irqs.append(
+            IrqSpec(irq, f"IR-PCI-MSI-{pci}", "0-edge", "habanalabs", node_cpus[node],
+                    [node_cpus[node][n % 4]], node, 20)
+        )  # fmt: skip
+    write_net(tree, "lo", None)
+    write_irqs(tree, layout.ncpus, irqs)
+
+    job_cg = v2_cgroup("/system.slice/slurmstepd.scope/job_88/step_0/user/task_0")
+    procs: list[Proc] = [
+        Proc(1, 0, "systemd", 9, ["/sbin/init"], "/usr/lib/systemd/systemd",
+             v2_cgroup("/init.scope"), affinity=cpus, pgrp=1, session=1, vm_kb=170_000),
+        Proc(1400, 1, "slurmstepd", 300_000, ["slurmstepd: [88.0]"], "/usr/sbin/slurmstepd",
+             v2_cgroup("/system.slice/slurmstepd.scope/job_88/step_0/slurm"), affinity=cpus,
+             pgrp=1400, session=1400, vm_kb=20_000),
+        # A metrics exporter that opens every device to read its counters: a GPU service.
+        Proc(1600, 1, "habana-metric-e", 1_000, ["/usr/bin/habana-metric-exporter"],
+             "/usr/bin/habana-metric-exporter", v2_cgroup("/system.slice/habana-metrics.service"),
+             affinity=cpus, pgrp=1600, session=1600, vm_kb=90_000,
+             fds={3 + n: f"/dev/accel/accel{n}" for n in range(8)},
+             threads=[Thread(1601 + i, "habana-metric-e", start=1_010) for i in range(3)]),
+    ]  # fmt: skip
+    procs += kthreads(
+        [(2, "kthreadd", None, {}), (15, "ksoftirqd/0", 0, {}), (90, "irq/500-habanala", None, {})],
+        cpus,
+    )
+    env_job = {"SLURM_JOB_ID": "88", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}
+    procs.append(
+        Proc(2000, 1400, "pt_elastic", 300_100,
+             ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node=2", "train.py"],
+             "/usr/bin/python3.10", job_cg, uid=1000, gid=1000, affinity=cpus, pgrp=2000,
+             session=2000, vm_kb=800_000, env=env_job)
+    )  # fmt: skip
+    for r, (pid, n) in enumerate(((2100, 0), (2200, 5))):
+        env = {**env_job, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+               "TORCHELASTIC_RUN_ID": "gaudi-17"}  # fmt: skip
+        fds = {3: f"/dev/accel/accel{n}", 4: f"/dev/accel/accel_controlD{n}", 5: "socket:[7]"}
+        start = 300_200 + r
+        procs.append(
+            Proc(pid, 2000, "python3", start, ["/usr/bin/python3", "train.py"],
+                 "/usr/bin/python3.10", job_cg, uid=1000, gid=1000, affinity=cpus, pgrp=pid,
+                 session=pid, vm_kb=30_000_000, fds=fds, env=env,
+                 leader=Thread(pid, "python3", utime=90_000, stime=4_000),
+                 threads=[Thread(pid + 1 + i, "python3", start=start + 40) for i in range(3)]
+                 + [Thread(pid + 4, "pt_autograd_0", start=start + 300)])
+        )  # fmt: skip
+        procs.append(
+            Proc(pid + 50, pid, "pt_data_worker", start + 500, ["/usr/bin/python3", "train.py"],
+                 "/usr/bin/python3.10", job_cg, uid=1000, gid=1000, affinity=cpus, pgrp=pid,
+                 session=pid, vm_kb=4_000_000, fds=fds, env=env)
+        )  # fmt: skip
+    write_procs(tree, procs, layout.ncpus, 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     out = os.path.abspath(args[0]) if args else DEFAULT_OUT
     make_dgx(os.path.join(out, "dgx-h100"))
     make_amd(os.path.join(out, "amd-mi300x"))
-    print(f"wrote {out}/dgx-h100 and {out}/amd-mi300x", file=sys.stderr)
+    make_gaudi(os.path.join(out, "gaudi2"))
+    print(f"wrote {out}/dgx-h100, {out}/amd-mi300x and {out}/gaudi2", file=sys.stderr)
     return 0
 
 

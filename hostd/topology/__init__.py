@@ -143,7 +143,8 @@ def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str
         minor: int | None = None
         name = ""
         if accels:  # /dev/accel/accelN: its minor names it, whoever made it
-            found.append((pci, f"accel:{ACCEL_VENDORS.get(vendor_id, 'accel')}", accels[0], ""))
+            maker = ACCEL_VENDORS.get(vendor_id, "accel")
+            found.append((pci, f"accel:{maker}", accels[0], f"{maker} accelerator"))
             continue
         if vendor is None or (pci_class >> 8) not in GPU_CLASSES:
             continue

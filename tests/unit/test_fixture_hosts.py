@@ -755,3 +755,28 @@ def test_process_table_and_session_members():
     assert {4000, 4100, 4150, 4200} <= session_members(parents, 4000)
     assert 4000 not in session_members(parents, 4100) and 4150 in session_members(parents, 4100)
     assert session_members({}, 1) == set()
+
+
+def test_gaudi2_accelerators_jobs_and_services():
+    """Intel Gaudi 2 through the kernel's accel subsystem: found in sysfs with their nodes; the
+    job's ranks are protected and placed on their device's node; the exporter that opens every
+    device is a GPU service; Slurm's step daemon is system."""
+    from hostd.classify import Classifier
+    from hostd.plan.numa import process_gpu_nodes
+    from hostd.policy import load_default
+
+    t = topo("gaudi2")
+    assert [(g.vendor, g.minor, g.node) for g in t.gpus] == [
+        ("accel:habana", n, 0 if n < 4 else 1) for n in range(8)
+    ]
+    assert all(g.source == "sysfs" for g in t.gpus)
+    found = tasks("gaudi2")
+    layer = Classifier(load_default()).classify
+    assert {found[tid].process.job.role for tid in (2100, 2200)} == {"rank"}
+    assert {layer(found[tid]).name for tid in (2100, 2101, 2104, 2200)} == {"trainer"}
+    assert layer(found[2150]).name == "data"
+    assert layer(found[2000]).name == "helpers"
+    assert layer(found[1600]).name == layer(found[1601]).name == "gpu-services"
+    assert layer(found[1400]).name == "system"
+    assert process_gpu_nodes(t, found[2100].process) == (0,)
+    assert process_gpu_nodes(t, found[2200].process) == (1,)
