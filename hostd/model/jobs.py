@@ -82,7 +82,7 @@ _NOT_JOB = ("slurmstepd", "containerd-shim", "conmon", "runc")
 class Job:
     """A process's training job and its role there."""
 
-    id: str  # "torchrun 3f2a", "slurm 4242.0", "mpirun 311", "environment"
+    id: str  # "torchrun 3f2a", "slurm 4242.0", "mpirun 311", "of job-0" (its MASTER_ADDR)
     role: str  # one of ROLES
     rank: int | None  # the rank it serves (its own, or its rank ancestor's); None above ranks
     rank_pid: int  # that rank's pid (0 when not under a rank)
@@ -182,7 +182,7 @@ def job_of(
     elif env.get("TORCHELASTIC_RUN_ID"):
         job_id = f"torchrun {env['TORCHELASTIC_RUN_ID']}"
     elif _rank_of(env, False) is not None and "WORLD_SIZE" in env and "MASTER_ADDR" in env:
-        job_id = "environment " + (env.get("SLURM_JOB_ID") or env.get("WORLD_SIZE", ""))
+        job_id = f"of {env['MASTER_ADDR']}"  # the ranks of one job share their master's address
     else:
         return None
     rank = _rank_of(env, step is not None)

@@ -84,7 +84,7 @@ def test_what_makes_no_job():
     # a shell that exports RANK and WORLD_SIZE is no job without MASTER_ADDR
     assert of("bash", env={"RANK": "0", "WORLD_SIZE": "1"}) is None
     pod = of(env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-0"})
-    assert pod is not None and pod.role == "rank"
+    assert pod is not None and (pod.id, pod.role) == ("of job-0", "rank")
     # SLURM_PROCID counts only inside a step
     assert of(env={"SLURM_PROCID": "0"}) is None
     step = "/system.slice/slurmstepd.scope/job_9/step_0/user/task_0"
