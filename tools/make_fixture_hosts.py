@@ -676,11 +676,13 @@ def nvidia_information(model: str, pci: str, minor: int, irq: int, host: str) ->
     )
 
 
-def make_dgx(root: str) -> None:
-    host = "dgx-h100"
+def intel_v2_host(
+    root: str, host: str, cores: int, hw_max: int
+) -> tuple[Tree, CpuLayout, list[int], list[list[int]]]:
+    """The base of an Intel two-socket server on pure cgroup v2: CPUs (one L3 per socket),
+    intel_pstate, two NUMA nodes, its name and mounts. Returns (tree, layout, CPUs, node CPUs)."""
     tree = Tree(root)
-    layout = CpuLayout(sockets=2, cores_per_socket=16, threads=2, cores_per_llc=16)
-    cpus = layout.all_cpus
+    layout = CpuLayout(sockets=2, cores_per_socket=cores, threads=2, cores_per_llc=cores)
     node_cpus = [layout.socket_cpus(0), layout.socket_cpus(1)]
     write_cpus(
         tree,
@@ -692,13 +694,19 @@ def make_dgx(root: str) -> None:
             epp="balance_performance",
             epps="default performance balance_performance balance_power power",
             hw_min=800000,
-            hw_max=3800000,
+            hw_max=hw_max,
         ),
     )
     write_nodes(tree, node_cpus, ["10 21", "21 10"], mem_kb=1_056_430_728)
     tree.write("proc/sys/kernel/hostname", host)
     tree.write("proc/self/mountinfo", "\n".join(COMMON_MOUNTS + V2_MOUNTS))
     tree.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc")
+    return tree, layout, layout.all_cpus, node_cpus
+
+
+def make_dgx(root: str) -> None:
+    host = "dgx-h100"
+    tree, layout, cpus, node_cpus = intel_v2_host(root, host, 16, 3800000)
 
     # PCI: GPUs, NVSwitches, the BMC's VGA, NICs, storage.
     irqs: list[IrqSpec] = [
@@ -1477,27 +1485,7 @@ def make_gaudi(root: str) -> None:
     whose ranks hold /dev/accel/accelN and /dev/accel/accel_controlDN, and a metrics exporter
     (root, a system service) that holds every device."""
     host = "gaudi2"
-    tree = Tree(root)
-    layout = CpuLayout(sockets=2, cores_per_socket=8, threads=2, cores_per_llc=8)
-    cpus = layout.all_cpus
-    node_cpus = [layout.socket_cpus(0), layout.socket_cpus(1)]
-    write_cpus(
-        tree,
-        layout,
-        Freq(
-            driver="intel_pstate",
-            governor="powersave",
-            governors="performance powersave",
-            epp="balance_performance",
-            epps="default performance balance_performance balance_power power",
-            hw_min=800000,
-            hw_max=3400000,
-        ),
-    )
-    write_nodes(tree, node_cpus, ["10 21", "21 10"], mem_kb=1_056_430_728)
-    tree.write("proc/sys/kernel/hostname", host)
-    tree.write("proc/self/mountinfo", "\n".join(COMMON_MOUNTS + V2_MOUNTS))
-    tree.write("sys/fs/cgroup/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma misc")
+    tree, layout, cpus, node_cpus = intel_v2_host(root, host, 8, 3400000)
     irqs: list[IrqSpec] = [
         IrqSpec(0, "IR-IO-APIC", "2-edge", "timer", cpus, [0], -1, count=41),
     ]
