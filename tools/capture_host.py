@@ -20,8 +20,8 @@ small and free of secrets:
   ``/dev/accel/*``, ``/dev/dri/*``);
 - ``proc/self/mountinfo`` keeps only the cgroup mounts and the /, /proc and /sys lines;
 - this capture process itself is left out;
-- sysfs directories that hostd only lists (``msi_irqs``, ``drm``) become empty plain files,
-  because git keeps no empty directories.
+- sysfs directories that hostd only lists (``msi_irqs``, ``drm``, ``accel``) become empty plain
+  files, because git keeps no empty directories.
 
 Files that vanish or refuse reads are skipped silently; a task that exits mid-capture is left
 out. ``nvml.json`` is written when ``hostd.host.nvml.read_nvml(None)`` answers (needs the
@@ -318,7 +318,7 @@ class Capture:
         for dev in self.listdir(base):
             for name in PCI_ATTRS:
                 self.copy(f"{base}{dev}/{name}")
-            for sub in ("msi_irqs", "drm"):
+            for sub in ("msi_irqs", "drm", "accel"):
                 for entry in self.listdir(f"{base}{dev}/{sub}"):
                     self.mark(f"{base}{dev}/{sub}/{entry}")
 
