@@ -9,8 +9,9 @@ A job is made by:
 - a **launcher**: torchrun / ``python -m torch.distributed.run`` (``pt_elastic`` once renamed),
   ``deepspeed``, ``accelerate launch``, ``mpirun``/``mpiexec``/``orterun``/``prterun`` (and
   their node daemons ``orted``/``prted``), Slurm's ``srun``;
-- a **Slurm step**: every process in a step's cgroup (``.../job_N/step_M/...``, cgroup v1 and
-  v2; ``slurmstepd`` itself, the root daemon, is not the job);
+- a **Slurm step**: every process in a step's cgroup (``.../slurmstepd.scope/job_N/step_M/...``
+  on v2, ``/slurm/uid_U/job_N/step_M/...`` on v1; ``slurmstepd`` itself, the root daemon, is
+  not the job);
 - an **environment** that says rank: ``RANK``, ``OMPI_COMM_WORLD_RANK``, ``PMIX_RANK``,
   ``PMI_RANK``, or ``SLURM_PROCID`` inside a step; where there is no launcher and no step, with
   ``TORCHELASTIC_RUN_ID``, or with ``WORLD_SIZE`` and ``MASTER_ADDR`` (a Kubernetes
@@ -68,7 +69,10 @@ _LAUNCHER_CMDLINE = (
     (re.compile(r"(^|[ /])deepspeed( |$)|-m deepspeed\.launcher\.(runner|launch)\b"), "deepspeed"),
     (re.compile(r"(^|[ /])accelerate launch\b|-m accelerate\.commands\.launch\b"), "accelerate"),
 )
-_SLURM_STEP = re.compile(r"/job_(\d+)/step_(\w+)(/|$)")
+# A step's cgroup as slurmd makes it: under its slurmstepd.scope (cgroup v2) or under the
+# /slurm (or /slurm_NODENAME) root of a v1 hierarchy. Elsewhere a user could name a cgroup of a
+# delegated subtree so.
+_SLURM_STEP = re.compile(r"(?:/slurmstepd\.scope|^/slurm[^/]*/uid_\d+)/job_(\d+)/step_(\w+)(/|$)")
 _DATA_COMMS = ("pt_data_worker", "pt_data_pin")
 _COMPILE = re.compile(
     r"^(cc1plus|cc1|g\+\+|c\+\+|gcc|cc|as|ld|ld\.lld|ninja|ptxas|nvcc|cicc|fatbinary|nvlink)$"
@@ -124,9 +128,7 @@ def launcher_kind(comm: str, cmdline: str) -> str | None:
 def slurm_step(cgroup: str) -> tuple[str, str] | None:
     """(job id, step) of a Slurm step's cgroup path, v1 or v2; None elsewhere."""
     m = _SLURM_STEP.search(cgroup)
-    if m is None or ("slurm" not in cgroup):
-        return None
-    return m.group(1), m.group(2)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def _rank_of(env: Mapping[str, str], in_step: bool) -> int | None:

@@ -520,10 +520,19 @@ DEFAULT_CASES = [
         "Thread-2 (_serve) (Python 3.14) of a CUDA rank",
         rank("Thread-2 (_serv", uid=1000, gpu_devices=CUDA_FDS),
         "helpers",
-        2,
+        4,
     ),
-    ("the forkserver below a rank", child("python3.14", gpu=True, uid=1000), "helpers", 0),
-    ("wandb-core below a rank", child("wandb-core", gpu=True, uid=1000), "helpers", 0),
+    (
+        # a busy process that says it is a rank, without a GPU and not root's: a thread it
+        # names Thread-... does not escape preemption into helpers
+        "Thread-1 of a rank without GPU, not root",
+        rank("Thread-1", uid=1000, gid=1000),
+        "rest",
+        0,
+    ),
+    ("the forkserver below a rank", child("python3.14", gpu=True, uid=1000), "helpers", 2),
+    ("wandb-core below a rank", child("wandb-core", gpu=True, uid=1000), "helpers", 2),
+    ("a helper below a rank without GPU, not root", child("wandb-core", uid=1000), "rest", 0),
     (
         "cc1plus, child of another user's g++ (no job)",
         make_task(

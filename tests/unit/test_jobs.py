@@ -51,6 +51,9 @@ def test_launchers(comm, cmdline, kind):
         ("/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0", ("4242", "batch")),
         ("/slurm/uid_1000/job_77/step_extern/task_0", ("77", "extern")),
         ("/user.slice/job_1/step_2", None),  # no Slurm in the path: a user's own naming
+        # a delegated subtree a user named like a step: not below slurmd's roots
+        ("/user.slice/user-1000.slice/user@1000.service/slurm/uid_1/job_1/step_0", None),
+        ("/slurm_node07/uid_1000/job_5/step_1/task_0", ("5", "1")),
         ("/system.slice/ssh.service", None),
     ],
 )
