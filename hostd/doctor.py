@@ -20,7 +20,7 @@ from hostd.host.cgroupfs import read_cgroup_layout
 from hostd.host.connector import ProcConnector
 from hostd.host.parsers import parse_preemption
 from hostd.knobkinds import needing
-from hostd.model.tasks import Task
+from hostd.model.tasks import STICKY_ACTIVITIES, Task
 from hostd.model.topology import Topology
 from hostd.numa import private_pages
 
@@ -287,7 +287,9 @@ def job_findings(tasks: Iterable[Task]) -> list[Finding]:
     """GPU jobs whose threads hostd could place better if the job named them: threads of a rank
     other than its main thread that carry the rank's own name (NCCL's proxy, service, IB and RAS
     threads unless NCCL_SET_THREAD_NAME=1; OpenMP workers; Python < 3.14's threads). They stay
-    with their rank, with its protection, rather than in comms (tests/standin.py measures it)."""
+    with their rank, with its protection, rather than in comms, unless what they do tells them
+    apart (``activity``: waiting in poll(2), on RDMA events, feeding a queue; tests/standin.py
+    measures it)."""
     unnamed: dict[str, list[Task]] = {}
     named: dict[str, bool] = {}
     for t in tasks:
@@ -304,14 +306,16 @@ def job_findings(tasks: Iterable[Task]) -> list[Finding]:
         if named[job_id] or not threads:
             out.append(Finding("job threads", True, f"job {job_id}: its threads are named"))
             continue
+        known = sum(t.activity in STICKY_ACTIVITIES for t in threads)
         out.append(
             Finding(
                 "job threads",
                 False,
                 f"job {job_id}: {len(threads)} threads of {ranks} ranks carry their rank's name "
-                "(NCCL names its threads only with NCCL_SET_THREAD_NAME=1), so they stay with "
-                "their rank instead of in comms; set NCCL_SET_THREAD_NAME=1 in the job's "
-                "environment",
+                f"(NCCL names its threads only with NCCL_SET_THREAD_NAME=1): {known} are known "
+                "by what they do (poll(2), RDMA events, a queue's pipe), the other "
+                f"{len(threads) - known} stay with their rank; set NCCL_SET_THREAD_NAME=1 in "
+                "the job's environment",
             )
         )
     return out

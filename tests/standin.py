@@ -28,7 +28,9 @@ CUDA = ("/dev/nvidiactl", "/dev/nvidia-uvm")
 @dataclass
 class Proc:
     """One process of a node: its leader's name is ``comm``; ``threads`` are the others, each
-    (name or None for the process's own name, count, expert layer, reason)."""
+    (name or None for the process's own name, count, expert layer, reason[, activity]): the
+    activity (``hostd.model.tasks.ACTIVITIES``) is what the real thread does when idle, the
+    system call it waits in, as ``/proc/PID/task/TID/syscall`` shows it ("waits" if not given)."""
 
     key: str
     comm: str
@@ -41,7 +43,7 @@ class Proc:
     fds: tuple[str, ...] = ()
     cmdline: str = ""
     nvml: bool = False
-    threads: list[tuple[str | None, int, str, str]] = field(default_factory=list)
+    threads: list[tuple] = field(default_factory=list)
     session: str | None = None  # the key of the process that leads its session (None: itself)
 
 
@@ -83,18 +85,25 @@ def build(procs: list[Proc]) -> list[Thread]:
     for p in procs:
         proc = values[pids[p.key]]
 
-        def task(tid: int, comm: str, proc: Process = proc, uid: int = p.uid) -> Task:
-            return Task(
-                tid, tid, comm, "S", uid, uid, 0, 0, 0, frozenset(range(8)), 0, 0, 0, proc
-            )  # fmt: skip
+        def task(tid: int, comm: str, does: str = "", proc: Process = proc, uid: int = p.uid):
+            t = Task(tid, tid, comm, "S", uid, uid, 0, 0, 0, frozenset(range(8)), 0, 0, 0, proc)
+            # hostd looks at what the unnamed threads of a job do (hostd.tasks.scan)
+            t.activity = does if proc.job is not None and t.unnamed else ""
+            return t
 
         kind = p.comm
         out.append(Thread(task(proc.pid, p.comm), p.expert, p.reason, f"{kind} (main)"))
-        for name, count, expert, reason in p.threads:
+        for name, count, expert, reason, *does in p.threads:
             for _ in range(count):
                 comm = name or p.comm
-                out.append(Thread(task(next(tids), comm), expert, reason, f"{kind} / {comm}"))
+                t = task(next(tids), comm, activity(does))
+                out.append(Thread(t, expert, reason, f"{kind} / {comm}"))
     return out
+
+
+def activity(does: list[str]) -> str:
+    """A thread spec's activity: what it does when idle ("waits" on a lock if not said)."""
+    return does[0] if does else "waits"
 
 
 # -- the pieces of a node -------------------------------------------------------------------
@@ -304,19 +313,28 @@ def pytorch_job(
         env = env_job | {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks),
                          "TORCHELASTIC_RUN_ID": "job-17"}  # fmt: skip
         fds = (*CUDA, f"/dev/nvidia{r}")
-        nccl = [("NCCL Progress 0", "NCCL Service 0", "NCCL UDS Service", "NCCL IbAsync 0",
-                 "NCCL RAS")[i] if nccl_names else None for i in range(5)]  # fmt: skip
-        comm_why = "an NCCL thread (proxy, service, UDS, IB events, RAS)"
+        # NCCL's threads as they idle (src/proxy.cc, src/transport/net_ib.cc, src/ras):
+        # the proxy progress thread waits on a condition variable (it spins while it has work),
+        # the proxy service, UDS and RAS threads sit in poll(2) with a 500 ms timeout, the IB
+        # thread reads the device's async events (ibv_get_async_event).
+        nccl = [
+            ("NCCL Progress 0", "an NCCL thread: proxy progress", "waits"),
+            ("NCCL Service 0", "an NCCL thread: proxy service", "polls"),
+            ("NCCL UDS Service", "an NCCL thread: UDS proxy service", "polls"),
+            ("NCCL IbAsync 0", "an NCCL thread: InfiniBand events", "rdma-events"),
+            ("NCCL RAS", "an NCCL thread: RAS", "polls"),
+        ]
         feeder = "QueueFeederThre" if py314 else None
+        feeds = "a queue feeder thread: sends batch indices to a worker"
         threads = [
             ("pt_autograd_0", 1, "trainer", "autograd's device thread: the step"),
-            ("cuda-EvtHandlr", 1, "trainer", "the CUDA driver's thread of the rank"),
+            ("cuda-EvtHandlr", 1, "trainer", "the CUDA driver's thread of the rank", "polls"),
             ("cuda0000400007e", 1, "trainer", "the CUDA driver's thread of the rank"),
             ("pt_nccl_watchdg", 1, "comms", "PyTorch's NCCL watchdog"),
             ("pt_nccl_heartbt", 1, "comms", "PyTorch's NCCL heartbeat monitor"),
-            *[(n, 1, "comms", comm_why) for n in nccl],
+            *[(name if nccl_names else None, 1, "comms", why, does) for name, why, does in nccl],
             ("pt_data_pin", 1, "data", "the pin-memory thread: feeds the step"),
-            (feeder, workers, "data", "a queue feeder thread: sends batch indices to a worker"),
+            (feeder, workers, "data", feeds, "feeds"),
         ]
         if py314:
             threads.append(("Thread-2 (_serv", 1, "helpers", "multiprocessing's fd sharer"))
@@ -353,7 +371,7 @@ def pytorch_job(
                     env=env,
                     fds=wfds,
                     session=key,
-                    threads=[(feeder, 1, "data", "a worker's result-queue feeder")],
+                    threads=[(feeder, 1, "data", "a worker's result-queue feeder", "feeds")],
                 )
             )
         out.append(

@@ -6,7 +6,10 @@ it), its uid, its session (``setsid`` where it leads one), its cgroup (made in t
 hierarchy, or systemd's named v1 one, at the very path a real node has: ``/system.slice/
 slurmstepd.scope/job_4242/...``), its comm, a command line that holds the real one, its threads
 with their names, and its accelerator fds: opened in a mount namespace of the node's own, where
-a tmpfs over ``/dev`` holds ``/dev/nvidia0``... as character devices. Their major is the one of
+a tmpfs over ``/dev`` holds ``/dev/nvidia0``... as character devices. Each thread does what
+its spec says (``activity``): waits in poll(2), on a lock after writing to a pipe, or on a lock;
+an RDMA device's events cannot be waited for without one ("rdma-events" threads are left out
+by the test). Their major is the one of
 ``/dev/null`` (a device of an absent driver cannot be opened); ``driver_host()`` gives a ``Host``
 whose driver table (``/proc/devices``) names that major as NVIDIA's: the one fact this machine
 lacks. Leaving the context kills every process it started and removes every cgroup it made.
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from hostd.host import Host
 from hostd.host.cgroupfs import read_cgroup_layout
-from tests.standin import Proc
+from tests.standin import Proc, activity
 
 NULL_MAJOR = os.major(os.stat("/dev/null").st_rdev)
 # The node's processes run as other users too: an interpreter they may run (a virtual
@@ -40,7 +43,7 @@ PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.e
 # becomes what its spec says, reports "key pid" on fd STANDIN_READY and sleeps.
 CHILD = textwrap.dedent(
     r"""
-    import ctypes, json, os, sys, threading, time, traceback
+    import ctypes, json, os, select, socket, sys, threading, time, traceback
 
     with os.fdopen(int(os.environ["STANDIN_FD"]), "rb") as fh:
         spec = json.loads(fh.read().decode())
@@ -95,15 +98,25 @@ CHILD = textwrap.dedent(
         start(child)
     fds = [os.open(d, os.O_RDWR) for d in spec["fds"]]
     rename(spec["comm"])
-    started = []
-    for name in spec["threads"]:
+    def act(does):  # what the thread does, as the real one does when idle
+        if does == "polls":  # NCCL's proxy service: poll(2) with a timeout, again and again
+            a, b = socket.socketpair()
+            poller = select.poll()
+            poller.register(a, select.POLLIN)
+            while True:
+                poller.poll(500)
+        if does == "feeds":  # a queue feeder: it wrote to its pipe, it waits for more
+            r, w = os.pipe()
+            os.write(w, b"x")
+        threading.Event().wait()  # "waits": on a lock (a futex)
+
+    for name, does in spec["threads"]:
         ev = threading.Event()
-        def run(name=name, ev=ev):
+        def run(name=name, does=does, ev=ev):
             if name:
                 rename(name)
             ev.set()
-            while True:
-                time.sleep(3600)
+            act(does)
         threading.Thread(target=run, daemon=True).start()
         ev.wait()
     os.write(ready, f"{spec['key']} {os.getpid()}\n".encode())
@@ -145,7 +158,11 @@ class LiveNode:
 
     def _spec(self, proc: Proc, devices: list[str]) -> dict:
         children = [p for p in self.procs if p.parent == proc.key]
-        threads = [name for name, count, _, _ in proc.threads for _ in range(count)]
+        threads = [
+            (name, activity(does))
+            for name, count, _, _, *does in proc.threads
+            for _ in range(count)
+        ]
         return {
             "key": proc.key,
             "comm": proc.comm,

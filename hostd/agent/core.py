@@ -39,6 +39,7 @@ from hostd.tasks import TaskCache
 from hostd.topology import read_topology
 
 log = logging.getLogger("hostd")
+RELOOK_S = 1.0  # how often unsettled unnamed job threads are looked at again (TaskCache.relook)
 
 
 class Agent:
@@ -81,6 +82,7 @@ class Agent:
         self.last_full = 0.0  # monotonic time it ended
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
+        self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)
 
     @property
     def mode(self) -> str:
@@ -171,6 +173,28 @@ class Agent:
             )  # fmt: skip
         loop.log_problems(report)
         return report
+
+    def relook(self) -> None:
+        """Classify and apply again the unnamed job threads whose activity now says more (an
+        NCCL thread that settled into poll(2), a queue feeder that wrote)."""
+        self.relook_at = time.monotonic() + RELOOK_S
+        inc = self.inc
+        changed = self.cache.relook()
+        if not changed or inc.planner is None:
+            return
+        items = inc.classify(changed, self.classifier, self.exclude)
+        want = inc.decide(items, self.base_affinity)
+        with self.host.known_start_times({t.tid: t.start_time for t in changed}):
+            report = self.reconcile(
+                want, Observed(item.task for item in items), only=[i.task.key for i in items]
+            )
+        self.counters["relooked"] += len(changed)
+        self.counters.update(r.outcome for r in report.results)
+        log.info(
+            "relook threads=%d %s", len(changed),
+            " ".join(f"{t.tid}:{t.activity}" for t in changed[:8]),
+        )  # fmt: skip
+        loop.log_problems(report)
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set

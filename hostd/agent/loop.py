@@ -5,7 +5,8 @@ until a signal stops it; at the end it restores everything hostd changed (unless
 says ``restore_on_exit = false``). A step handles, in this order: a reload (SIGHUP), a switch
 (SIGUSR1), device events (a full pass with the topology read again), thread events (an event
 pass; a lost event means a full pass), waiting cpuset joins while no event waits, the watch,
-and the timers: the drift rescan (or, without events, the poll), a due re-plan, and the
+a second look at unnamed job threads whose activity is not yet plain (``Agent.relook``, once a
+second), and the timers: the drift rescan (or, without events, the poll), a due re-plan, and the
 status file at most once a second.
 """
 
@@ -94,7 +95,8 @@ def step(agent: Agent) -> None:
     sources = agent.sources
     due, why = next_full(agent)
     status_due, watch_due = agent.status.due, agent.watcher.next_due()
-    timeout = max(0.0, min(due, status_due, watch_due) - time.monotonic())
+    relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
+    timeout = max(0.0, min(due, status_due, watch_due, relook_due) - time.monotonic())
     events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
     if sources.stop:
         return
@@ -130,6 +132,8 @@ def step(agent: Agent) -> None:
     now = time.monotonic()
     if now >= watch_due and not agent.disabled:
         agent.watcher.run_due(now)
+    if now >= relook_due and agent.cache.unsettled and not agent.disabled:
+        agent.relook()
     if now >= due:
         full(agent, why)
     elif now >= status_due:

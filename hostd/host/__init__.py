@@ -27,11 +27,14 @@ from hostd.host.nvml import NvmlInfo, read_nvml
 from hostd.host.parsers import (
     Stat,
     parse_cgroup,
+    parse_io_writes,
     parse_schedstat,
     parse_stat,
     parse_status,
+    parse_syscall,
     split_stat,
 )
+from hostd.model.tasks import activity_of
 
 __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
 
@@ -361,6 +364,31 @@ class Host:
             return split_stat(text)[1][0]
         except (ValueError, IndexError):
             return None
+
+    def thread_activity(self, pid: int, tid: int) -> str:
+        """What a thread is doing (``hostd.model.tasks.ACTIVITIES``): the system call it is
+        blocked in, the file it reads, whether it ever wrote. "" when it is gone or this may
+        not look (the files need the right to ptrace it: root's, or the owner's)."""
+        text = self.read_quiet(paths.task(pid, tid, "syscall"))
+        if not text:
+            return ""
+        try:
+            call, arg = parse_syscall(text, self.machine)
+            wrote = False
+            if call in ("futex", "write"):
+                io = self.read_quiet(paths.task(pid, tid, "io"))
+                if io is None:
+                    return ""
+                wrote = parse_io_writes(io) > 0
+        except ValueError:
+            return ""
+        target = self.readlink(paths.proc(pid, f"fd/{arg}")) if call == "read" else None
+        return activity_of(call, wrote, target)
+
+    @property
+    def machine(self) -> str:
+        """The kernel's machine name (its system call numbers): a fixture tree's is x86_64."""
+        return os.uname().machine if self.live else "x86_64"
 
     def process_cpu(self, pid: int) -> tuple[str, int, int] | None:
         """A process's (leader's state letter, CPU clock ticks of all its threads, CPU clock

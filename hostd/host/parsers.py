@@ -126,6 +126,51 @@ def parse_schedstat(text: str) -> Schedstat:
     return Schedstat(int(fields[0]), int(fields[1]), int(fields[2]))
 
 
+# System calls an idle thread blocks in, by machine (arch/x86/entry/syscalls/syscall_64.tbl;
+# include/uapi/asm-generic/unistd.h for arm64): how ``thread_activity`` tells what an unnamed
+# thread does.
+_SYSCALLS = {
+    "x86_64": {
+        "poll": {7, 23, 232, 270, 271, 281, 441},  # poll select epoll_wait pselect6 ppoll ...
+        "futex": {202, 449},  # futex futex_waitv
+        "read": {0, 17, 19, 295},  # read pread64 readv preadv
+        "write": {1, 18, 20, 296},  # write pwrite64 writev pwritev
+    },
+    "aarch64": {
+        "poll": {22, 72, 73, 441},  # epoll_pwait pselect6 ppoll epoll_pwait2
+        "futex": {98, 449},
+        "read": {63, 65, 67, 69},
+        "write": {64, 66, 68, 70},
+    },
+}
+
+
+def parse_syscall(text: str, machine: str) -> tuple[str, int | None]:
+    """/proc/PID/task/TID/syscall as (what, first argument): "running" (on a CPU or runnable),
+    "poll", "futex", "read", "write", "other" (another call, or blocked outside one); the
+    first argument is the call's fd for a read. Raises ValueError on a malformed text."""
+    fields = text.split()
+    if not fields:
+        raise ValueError("syscall: empty")
+    if fields[0] == "running":
+        return "running", None
+    nr = int(fields[0])
+    arg = int(fields[1], 16) if len(fields) > 1 and nr >= 0 else None
+    for what, numbers in _SYSCALLS.get(machine, {}).items():
+        if nr in numbers:
+            return what, arg
+    return "other", arg
+
+
+def parse_io_writes(text: str) -> int:
+    """The ``syscw`` count of /proc/PID/task/TID/io: write system calls the thread made."""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "syscw":
+            return int(value)
+    raise ValueError("io: no syscw")
+
+
 def parse_cgroup(text: str) -> dict[str, str]:
     """Parse /proc/PID/cgroup into {controller-or-hierarchy: path}.
 

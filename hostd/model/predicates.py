@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostd.model.tasks import GPU_DEVICE_PREFIXES, Task
+from hostd.model.tasks import ACTIVITIES, GPU_DEVICE_PREFIXES, Task
 
 # A user's cmdline can be long: a regex sees its start only, so a match stays bounded.
 MATCH_CHARS = 4096
@@ -124,6 +124,18 @@ _SPECS = (
         "in a job whose rank holds a GPU",
         False,
         shown=_job,
+    ),
+    # What an unnamed thread of a job was seen doing (the system call it waits in; Task.activity):
+    # a thread does what its program says, so the user controls it.
+    PredicateSpec(
+        "activity",
+        "strings",
+        "in",
+        lambda t: t.activity,
+        "activity (unnamed thread of a job)",
+        True,
+        "activity",
+        shown=lambda t: f"{t.activity}: {ACTIVITIES[t.activity]}" if t.activity else False,
     ),
     PredicateSpec(
         "session_leader",

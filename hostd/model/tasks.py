@@ -22,6 +22,39 @@ GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/kfd", "/dev/accel/", "/dev/hl", "/de
 RENDER_PREFIX = "/dev/dri/renderD"
 
 
+# What an unnamed thread of a job was seen doing (``Task.activity``), where its name says
+# nothing: the system call it was blocked in (/proc/PID/task/TID/syscall), for a read the file
+# it read, and whether it ever wrote (/proc/PID/task/TID/io). Read by ``hostd.tasks`` for the
+# unnamed threads of a job's processes only; "" where not looked at or not permitted.
+ACTIVITIES = {
+    "polls": "blocked in poll, select or epoll (NCCL's proxy service, UDS and RAS threads)",
+    "rdma-events": "blocked reading an RDMA device's events (NCCL's InfiniBand thread)",
+    "feeds": "waits on a lock and has written to a pipe or file (a multiprocessing queue feeder)",
+    "waits": "waits on a lock and never wrote (an idle pool worker, NCCL's idle progress thread)",
+    "runs": "on a CPU or runnable when looked at",
+    "other": "blocked in another system call",
+}
+# What a thread does for its whole life once seen: kept when a later look finds it running.
+STICKY_ACTIVITIES = frozenset({"polls", "rdma-events", "feeds"})
+# The file an RDMA device's asynchronous events are read from (drivers/infiniband/core:
+# anon_inode_getfile("[infinibandevent]", ...)): NCCL's IB thread blocks reading it.
+RDMA_EVENTS = "anon_inode:[infinibandevent]"
+
+
+def activity_of(call: str, wrote: bool, read_target: str | None) -> str:
+    """An ``ACTIVITIES`` word from what ``hostd.host.parsers.parse_syscall`` read (``call``),
+    whether the thread ever wrote, and the target of the fd it reads (for a read)."""
+    if call == "running":
+        return "runs"
+    if call == "poll":
+        return "polls"
+    if call == "read" and read_target == RDMA_EVENTS:
+        return "rdma-events"
+    if call in ("futex", "write"):
+        return "feeds" if wrote else "waits"
+    return "other"
+
+
 @dataclass(frozen=True, slots=True)
 class Process:
     """What all threads of one thread group share."""
@@ -89,6 +122,7 @@ class Task:
     stime: int
     processor: int
     process: Process
+    activity: str = ""  # ACTIVITIES: what it was seen doing (unnamed threads of a job only)
 
     @property
     def pid(self) -> int:
@@ -113,12 +147,15 @@ class Task:
         return self.tid != self.process.pid and self.comm == self.process.comm
 
     def job_line(self) -> str | None:
-        """What its job says of this thread: "unnamed thread of rank 3 of job torchrun abc"."""
+        """What its job says of this thread: "unnamed thread of rank 3 of job torchrun abc",
+        with what it was seen doing."""
         job = self.process.job
         if job is None:
             return None
         if job.role == "rank" and self.unnamed:
-            return f"unnamed thread of rank {job.rank} of job {job.id}"
+            does = self.activity
+            seen = f", seen: {does} ({ACTIVITIES[does]})" if does in ACTIVITIES else ""
+            return f"unnamed thread of rank {job.rank} of job {job.id}{seen}"
         return f"{job.describe()} ({job.why})"
 
     @property

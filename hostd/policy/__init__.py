@@ -27,6 +27,7 @@ from pathlib import Path
 
 from hostd.model.jobs import ROLES
 from hostd.model.predicates import PREDICATES as PREDICATE_SPECS
+from hostd.model.tasks import ACTIVITIES
 
 try:  # the regular expression parser, for the limits (Python 3.11+; sre_parse before)
     from re import _parser as _sre_parser  # type: ignore[attr-defined]
@@ -401,6 +402,10 @@ class _Checker:
                 for s in items:
                     if s not in ROLES:
                         raise self.fail(sub, s, "a job role: " + ", ".join(ROLES))
+            if rule == "activity":
+                for s in items:
+                    if s not in ACTIVITIES:
+                        raise self.fail(sub, s, "an activity: " + ", ".join(ACTIVITIES))
             if rule == "path":
                 for s in items:
                     if not s.startswith("/"):

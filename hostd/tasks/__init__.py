@@ -31,7 +31,13 @@ from hostd.host.parsers import (
 )
 from hostd.model.cpus import home_of
 from hostd.model.jobs import environ_vars, job_of
-from hostd.model.tasks import GPU_DEVICE_PREFIXES, RENDER_PREFIX, Process, Task
+from hostd.model.tasks import (
+    GPU_DEVICE_PREFIXES,
+    RENDER_PREFIX,
+    STICKY_ACTIVITIES,
+    Process,
+    Task,
+)
 
 
 def _task(
@@ -204,7 +210,9 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
 
     ``read_fds`` False skips the per-process fd walk (the ``gpu`` signal) when no policy needs it.
     Processes are read first (so each ``Process`` is complete, parent comm included, before its
-    threads point at it), then each process's threads in one loop: ``Host.thread_stats``.
+    threads point at it), then each process's threads in one loop: ``Host.thread_stats``. The
+    unnamed threads of a job's processes are looked at once more: what they are doing
+    (``Host.thread_activity``), since their names say nothing.
     """
     nvml, _ = host.nvml()
     nvml_pids = nvml.pids if nvml else frozenset()
@@ -228,9 +236,23 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
             except (ValueError, IndexError):
                 continue  # half-written: treated as gone for this pass
             if task is not None:
+                if proc.job is not None and task.unnamed:
+                    task.activity = host.thread_activity(proc.pid, tid)
                 add(task)
     tasks.sort(key=lambda t: t.tid)
     return tasks
+
+
+def _keep_activity(task: Task, old: Task | None) -> None:
+    """What a thread was once seen doing for good (``STICKY_ACTIVITIES``) outlives a later look
+    that found it running: NCCL's service threads are in poll(2) but now and then."""
+    if (
+        old is not None
+        and old.start_time == task.start_time
+        and old.activity in STICKY_ACTIVITIES
+        and task.activity not in STICKY_ACTIVITIES
+    ):
+        task.activity = old.activity
 
 
 class TaskCache:
@@ -245,6 +267,10 @@ class TaskCache:
     """
 
     FD_RECHECK = 1.0  # seconds
+    # An unnamed thread of a job is looked at again (``relook``) until what it does is plain or
+    # this many seconds after hostd first saw it: NCCL starts its threads, which then settle
+    # into poll(2); a queue feeder writes before it waits.
+    RELOOK_FOR = 120.0
 
     def __init__(
         self,
@@ -264,6 +290,7 @@ class TaskCache:
         self._fds_checked: dict[int, float] = {}
         self._creds: dict[int, tuple[int, int]] = {}
         self._nvml_pids: frozenset[int] = frozenset()
+        self.unsettled: dict[int, float] = {}  # tid -> when first seen: ``relook`` these
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -278,14 +305,20 @@ class TaskCache:
             self._roots = set(roots)
         nvml, _ = self.host.nvml()
         self._nvml_pids = nvml.pids if nvml else frozenset()
+        old = {tid: t for tid, t in self.tasks.items() if t.activity in STICKY_ACTIVITIES}
         self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after
         tasks = scan(self.host, read_fds=self.read_fds, pids=pids)
         self.tasks = {t.tid: t for t in tasks}
+        now = time.monotonic()
+        seen, self.unsettled = self.unsettled, {}
         for t in tasks:
+            if t.activity:
+                _keep_activity(t, old.get(t.tid))
+                if t.activity not in STICKY_ACTIVITIES:
+                    self.unsettled[t.tid] = seen.get(t.tid, now)
             self.procs[t.pid] = t.process
             self.members.setdefault(t.pid, set()).add(t.tid)
             self._creds[t.pid] = (t.uid, t.gid)
-        now = time.monotonic()
         self._fds_checked = {pid: now for pid in self.procs}
         return tasks
 
@@ -303,6 +336,7 @@ class TaskCache:
     def forget(self, tid: int) -> Task | None:
         """A thread exited: drop it (and its process, when it was the last thread)."""
         task = self.tasks.pop(tid, None)
+        self.unsettled.pop(tid, None)
         if task is None:
             return None
         pid = task.pid
@@ -389,7 +423,39 @@ class TaskCache:
             old = self.tasks.get(tid)
             if old is not None and old.start_time != task.start_time:
                 self.forget(tid)  # a reused tid: the old thread is gone
+            self._look(task, old)
             self.tasks[tid] = task
             self.members.setdefault(pid, set()).add(tid)
             out.append(task)
         return out
+
+    def _look(self, task: Task, old: Task | None) -> None:
+        """What an unnamed thread of a job is doing; until that is plain, it stays unsettled."""
+        if task.process.job is None or not task.unnamed:
+            self.unsettled.pop(task.tid, None)
+            return
+        task.activity = self.host.thread_activity(task.pid, task.tid)
+        _keep_activity(task, old)
+        if task.activity in STICKY_ACTIVITIES:
+            self.unsettled.pop(task.tid, None)
+        else:
+            self.unsettled.setdefault(task.tid, time.monotonic())
+
+    def relook(self) -> list[Task]:
+        """Look again at the unsettled unnamed threads of jobs; returns those whose activity
+        changed (to be classified again). One read of its syscall file per thread, a second
+        of its io file when it waits; a thread seen ``RELOOK_FOR`` seconds is settled."""
+        now = time.monotonic()
+        changed = []
+        for tid, since in list(self.unsettled.items()):
+            task = self.tasks.get(tid)
+            if task is None or now - since > self.RELOOK_FOR:
+                del self.unsettled[tid]
+                continue
+            was = task.activity
+            self._look(task, None)
+            if task.activity == "runs" and was:
+                task.activity = was  # running now says nothing new
+            if task.activity != was:
+                changed.append(task)
+        return changed

@@ -516,3 +516,71 @@ def test_polling_fallback_places_new_threads_and_says_so(tmp_path):
         assert agent.proc.returncode == 0, log
         after = host_state(job)
         assert {t: after["threads"][t] for t in before["threads"]} == before["threads"]
+
+
+_SETTLES = r"""
+import select, socket, sys, threading, time
+a, b = socket.socketpair()
+go = threading.Event()
+def service():  # like NCCL's proxy service: starts, then sits in poll(2)
+    go.wait()
+    p = select.poll()
+    p.register(a, select.POLLIN)
+    while True:
+        p.poll(500)
+threading.Thread(target=service, daemon=True).start()
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()
+go.set()
+time.sleep(120)
+"""
+
+_ACTIVITY_POLICY = """
+version = 1
+name = "activity"
+[[layer]]
+name = "comms"
+comment = "a rank's unnamed threads that wait in poll(2)"
+match = [[{ activity = "polls" }, { job_role = "rank" }, { uid = 0 }]]
+kind = "open"
+sched = { nice = 3 }
+[[layer]]
+name = "rest"
+comment = "the rest"
+match = [[]]
+kind = "open"
+"""
+
+
+def test_an_unnamed_thread_that_settles_into_poll_moves_without_a_full_pass(tmp_path):
+    """A rank's unnamed thread waits on a lock when the agent starts, then settles into poll(2)
+    (what NCCL's service thread does after its start): the agent's second look moves it to the
+    layer of threads that poll, by itself, and the stop restores it."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text(_ACTIVITY_POLICY)
+    env = {"PATH": "/usr/bin:/bin", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost"}
+    job = subprocess.Popen(
+        [sys.executable, "-c", _SETTLES], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    agent = None
+    try:
+        assert job.stdout.readline() == "ready\n"
+        service = max(int(t) for t in os.listdir(f"/proc/{job.pid}/task"))
+        agent = Agent(tmp_path, job.pid, policy=policy)
+        agent.wait_passes(1)
+        assert os.getpriority(os.PRIO_PROCESS, service) == 0  # waits: not yet known
+        n = agent.status()["passes"]
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        wait_for(lambda: os.getpriority(os.PRIO_PROCESS, service) == 3, "moved by a relook", agent)
+        assert agent.status()["passes"] == n, "a full pass did it, not the relook"
+        assert os.getpriority(os.PRIO_PROCESS, job.pid) == 0  # the leader: its own name
+        log = agent.stop()
+        assert f"relook threads=1 {service}:polls" in log, log
+        assert os.getpriority(os.PRIO_PROCESS, service) == 0  # restored
+    finally:
+        if agent is not None:
+            agent.stop()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

@@ -53,6 +53,7 @@ def make_task(
     parent_job: Job | None = None,
     rank_gpu: bool = False,
     job: Job | str | None = "derived",
+    activity: str = "",
 ) -> Task:
     """A thread with plausible defaults: a non-root user's single-threaded python3. Its job is
     derived as hostd.tasks derives it (from ``env``, the cmdline, the cgroup and the parent's
@@ -111,6 +112,7 @@ def make_task(
         stime=0,
         processor=0,
         process=process,
+        activity=activity,
     )
 
 
@@ -205,6 +207,9 @@ PREDICATE_CASES = [
     # call setsid is in the launcher's session (issue: busy processes with the ranks' comm)
     ("{ session_leader = true }", {"pid": 4000}, {"pid": 4000, "session": 3990}),
     ("{ session_leader = false }", {"pid": 4000, "session": 1}, {"pid": 4000}),
+    # what an unnamed thread of a job was seen doing (hostd.tasks reads it from /proc)
+    ('{ activity = "polls" }', {"activity": "polls"}, {"activity": "waits"}),
+    ('{ activity = ["polls", "rdma-events"] }', {"activity": "rdma-events"}, {"activity": ""}),
 ]
 
 
@@ -334,8 +339,9 @@ def test_explain_names_the_failing_predicate_and_actual_value() -> None:
     ]
     assert [r.matched for r in explanation.layers] == [False] * 7 + [True]
     comms = explanation.layers[0]
-    assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 2
-    assert all(g.actual == "python3" and not g.matched for g in comms.groups)
+    assert [g.failed.name for g in comms.groups] == ["comm_prefix"] * 2 + ["activity"] * 2
+    assert all(g.actual == "python3" and not g.matched for g in comms.groups[:2])
+    assert comms.groups[2].actual is False  # a leader: what it does is not looked at
     trainer = explanation.layers[3]
     shown = "rank 3 of job torchrun r1 (rank 3 from its environment, started by pt_elastic)"
     assert [(g.failed, g.actual) for g in trainer.groups] == [
@@ -364,6 +370,23 @@ def test_explain_says_what_an_unnamed_thread_is() -> None:
         f"{RANK_PID} being the rank)"
     )
     assert make_task("bash").job_line() is None
+
+
+def test_an_unnamed_thread_is_known_by_what_it_does() -> None:
+    classifier = Classifier(load_default())
+    kinds = {"polls": "comms", "rdma-events": "comms", "feeds": "data", "waits": "trainer",
+             "runs": "trainer", "other": "trainer", "": "trainer"}  # fmt: skip
+    for does, layer in kinds.items():
+        task = rank(leader=False, uid=1000, gpu_devices=CUDA_FDS, activity=does)
+        assert classifier.classify(task).name == layer, does
+        # the gates hold: the same thread of a rank that holds no GPU (and is not root's)
+        assert classifier.classify(rank(leader=False, uid=1000, activity=does)).name == "rest"
+    task = rank(leader=False, uid=1000, gpu_devices=CUDA_FDS, activity="polls")
+    assert "layer 'comms': MATCHED by group 2" in classifier.explain(task).lines()
+    assert task.job_line() == (
+        "unnamed thread of rank 3 of job torchrun r1, seen: polls (blocked in poll, select or "
+        "epoll (NCCL's proxy service, UDS and RAS threads))"
+    )
 
 
 def test_explain_matched_group_and_gpu_devices_shown() -> None:

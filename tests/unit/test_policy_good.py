@@ -104,6 +104,7 @@ def test_bool_predicates_and_not() -> None:
             Predicate("job_role", ("rank", "data")),
             Predicate("job_gpu", True),
         ],
+        [Predicate("activity", ("polls", "feeds")), Predicate("job_role", ("rank",))],
         [
             Predicate("is_kthread", True),
             Predicate("comm_prefix", ("kworker", "ksoftirqd"), negate=True),
