@@ -17,6 +17,7 @@ choice and BENCHMARKS.md for the full pass.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -271,6 +272,9 @@ class TaskCache:
     # this many seconds after hostd first saw it: NCCL starts its threads, which then settle
     # into poll(2); a queue feeder writes before it waits.
     RELOOK_FOR = 120.0
+    # At most this many threads per relook (the next relook goes on where this one stopped): a
+    # process of any user can claim a job and start thousands of unnamed threads.
+    RELOOK_MAX = 256
 
     def __init__(
         self,
@@ -444,14 +448,16 @@ class TaskCache:
     def relook(self) -> list[Task]:
         """Look again at the unsettled unnamed threads of jobs; returns those whose activity
         changed (to be classified again). One read of its syscall file per thread, a second
-        of its io file when it waits; a thread seen ``RELOOK_FOR`` seconds is settled."""
+        of its io file when it waits, for at most ``RELOOK_MAX`` threads, in turn; a thread seen
+        ``RELOOK_FOR`` seconds is settled."""
         now = time.monotonic()
         changed = []
-        for tid, since in list(self.unsettled.items()):
+        for tid, since in list(itertools.islice(self.unsettled.items(), self.RELOOK_MAX)):
+            del self.unsettled[tid]  # back at the end below, while it stays unsettled
             task = self.tasks.get(tid)
             if task is None or now - since > self.RELOOK_FOR:
-                del self.unsettled[tid]
                 continue
+            self.unsettled[tid] = since
             was = task.activity
             self._look(task, None)
             if task.activity == "runs" and was:

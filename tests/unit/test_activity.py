@@ -214,3 +214,40 @@ def test_what_a_thread_does_for_good_outlives_a_look_that_finds_it_running():
     waits = replace(task, activity="waits")
     _keep_activity(waits, replace(task, activity="other"))
     assert waits.activity == "waits"
+
+
+def test_a_relook_looks_at_a_bounded_number_of_threads_in_turn(monkeypatch):
+    """Any user can start a process that claims a job and thousands of unnamed threads: each
+    relook reads at most RELOOK_MAX of them, and the next goes on where it stopped."""
+    from tests.unit.test_classify import rank
+
+    cache = TaskCache(Host())
+    looked: list[int] = []
+
+    def activity(pid: int, tid: int) -> str:
+        looked.append(tid)
+        return "waits"
+
+    monkeypatch.setattr(cache.host, "thread_activity", activity)
+    n = cache.RELOOK_MAX * 2 + 88
+    for i in range(n):
+        task = rank(leader=False, tid=10_000 + i, uid=1000, activity="waits")
+        cache.tasks[task.tid] = task
+        cache.unsettled[task.tid] = time.monotonic()
+    for _ in range(3):
+        looked.clear()
+        assert cache.relook() == []
+        assert len(looked) == cache.RELOOK_MAX
+    seen = set()
+    for _ in range(3):
+        looked.clear()
+        cache.relook()
+        seen |= set(looked)
+    assert seen == set(cache.tasks)  # every thread in turn
+    # two minutes after it was first seen, a thread is not looked at again
+    for tid in cache.unsettled:
+        cache.unsettled[tid] -= cache.RELOOK_FOR + 1
+    looked.clear()
+    for _ in range(3):
+        cache.relook()
+    assert looked == [] and not cache.unsettled
