@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the synthetic fixture host trees ``dgx-h100`` and ``amd-mi300x``.
+"""Generate the synthetic fixture host trees ``dgx-h100``, ``amd-mi300x``, ``gaudi2`` and ``trn1``.
 
 Usage::
 
@@ -16,6 +16,9 @@ kernel. The machines are scaled down so that golden files stay readable:
   amd-pstate-epp, 8 AMD Instinct MI300X (sysfs only), one Broadcom NIC, hybrid cgroups (v1
   controllers plus an empty v2 hierarchy at /sys/fs/cgroup/unified), and a ROCm training job in
   a Kubernetes pod (cgroupfs driver).
+- ``gaudi2``: 2 x 8 x 2, 8 Intel Gaudi 2 through the kernel's accel subsystem, a Slurm job.
+- ``trn1``: 2 x 8 x 2, 4 AWS Trainium devices (/dev/neuronN; the driver does not say which PCI
+  device each is), a torchrun job in a Kubernetes pod (systemd driver).
 
 The output is deterministic: running this twice gives byte-identical trees. File formats follow
 proc(5) and the sysfs ABI documents; see tests/fixtures/hosts/README.md.
@@ -1548,13 +1551,87 @@ def make_gaudi(root: str) -> None:
     write_procs(tree, procs, layout.ncpus, 2)
 
 
+TRN1_DEVICES = (("0000:10:1c.0", 0), ("0000:10:1d.0", 0), ("0000:a0:1c.0", 1), ("0000:a0:1d.0", 1))
+
+
+def make_trn1(root: str) -> None:
+    """An AWS trn1-like server, scaled down: 2 x 8 cores x 2 threads, pure cgroup v2, 4 Trainium
+    devices (vendor 0x1d0f, device 0x7164), two per node, with the driver's class devices
+    (/sys/class/neuron_device/neuronN: virtual, no link to their PCI device), a Kubernetes pod
+    whose torchrun ranks hold /dev/neuronN, and neuron-monitor (root, a system service) that holds
+    every device."""
+    host = "trn1"
+    tree, layout, cpus, node_cpus = intel_v2_host(root, host, 8, 3500000)
+    irqs: list[IrqSpec] = [
+        IrqSpec(0, "IR-IO-APIC", "2-edge", "timer", cpus, [0], -1, count=41),
+    ]
+    for n, (pci, node) in enumerate(TRN1_DEVICES):
+        irq = 600 + n
+        write_pci(tree, Pci(pci, 0x1D0F, 0x7164, 0x120000, node, node_cpus[node], [irq]))
+        irqs.append(
+            IrqSpec(irq, f"IR-PCI-MSI-{pci}", "0-edge", "neuron", node_cpus[node],
+                    [node_cpus[node][n % 4]], node, 20)
+        )  # fmt: skip
+        virtual = f"sys/devices/virtual/neuron_device/neuron{n}"
+        tree.write(f"{virtual}/core_count", "2")
+        tree.write(f"{virtual}/connected_devices", ", ".join(str(m) for m in range(4) if m != n))
+        tree.write(f"{virtual}/dev", f"239:{n}")
+        os.makedirs(tree._path("sys/class/neuron_device"), exist_ok=True)
+        tree.link(f"sys/class/neuron_device/neuron{n}", f"../../{virtual[4:]}")
+    write_net(tree, "lo", None)
+    write_irqs(tree, layout.ncpus, irqs)
+
+    pod = v2_cgroup("/kubepods.slice/kubepods-pod1a2b3c4d.slice/cri-containerd-5e6f.scope")
+    monitor = "/opt/aws/neuron/bin/neuron-monitor"
+    procs: list[Proc] = [
+        Proc(1, 0, "systemd", 9, ["/sbin/init"], "/usr/lib/systemd/systemd",
+             v2_cgroup("/init.scope"), affinity=cpus, pgrp=1, session=1, vm_kb=170_000),
+        Proc(1300, 1, "neuron-monitor", 2_000, [monitor], monitor,
+             v2_cgroup("/system.slice/neuron-monitor.service"),
+             affinity=cpus, pgrp=1300, session=1300, vm_kb=60_000,
+             fds={3 + n: f"/dev/neuron{n}" for n in range(4)},
+             threads=[Thread(1301 + i, "neuron-monitor", start=2_010) for i in range(2)]),
+        Proc(1500, 1, "containerd-shim", 200_000,
+             ["/usr/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", "5e6f"],
+             "/usr/bin/containerd-shim-runc-v2", v2_cgroup("/system.slice/containerd.service"),
+             affinity=cpus, pgrp=1500, session=1500, vm_kb=700_000),
+    ]  # fmt: skip
+    procs += kthreads([(2, "kthreadd", None, {}), (15, "ksoftirqd/0", 0, {})], cpus)
+    env_job = {"MASTER_ADDR": "trn1-0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "trn-7"}
+    procs.append(
+        Proc(2000, 1500, "pt_elastic", 200_100,
+             ["/usr/bin/python3", "/usr/local/bin/torchrun", "--nproc-per-node=2", "train.py"],
+             "/usr/bin/python3.10", pod, uid=1000, gid=1000, affinity=cpus, pgrp=2000,
+             session=1500, vm_kb=800_000, env=env_job)
+    )  # fmt: skip
+    for r, pid in enumerate((2100, 2200)):
+        env = {**env_job, "RANK": str(r), "LOCAL_RANK": str(r),
+               "NEURON_RT_VISIBLE_CORES": f"{4 * r}-{4 * r + 3}"}  # fmt: skip
+        fds = {3: f"/dev/neuron{2 * r}", 4: f"/dev/neuron{2 * r + 1}", 5: "socket:[9]"}
+        start = 200_200 + r
+        procs.append(
+            Proc(pid, 2000, "python3", start, ["/usr/bin/python3", "train.py"],
+                 "/usr/bin/python3.10", pod, uid=1000, gid=1000, affinity=cpus, pgrp=pid,
+                 session=pid, vm_kb=20_000_000, fds=fds, env=env,
+                 leader=Thread(pid, "python3", utime=70_000, stime=3_000),
+                 threads=[Thread(pid + 1 + i, "python3", start=start + 40) for i in range(3)])
+        )  # fmt: skip
+        procs.append(
+            Proc(pid + 50, pid, "pt_data_worker", start + 500, ["/usr/bin/python3", "train.py"],
+                 "/usr/bin/python3.10", pod, uid=1000, gid=1000, affinity=cpus, pgrp=pid,
+                 session=pid, vm_kb=3_000_000, fds=fds, env=env)
+        )  # fmt: skip
+    write_procs(tree, procs, layout.ncpus, 2)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     out = os.path.abspath(args[0]) if args else DEFAULT_OUT
     make_dgx(os.path.join(out, "dgx-h100"))
     make_amd(os.path.join(out, "amd-mi300x"))
     make_gaudi(os.path.join(out, "gaudi2"))
-    print(f"wrote {out}/dgx-h100, {out}/amd-mi300x and {out}/gaudi2", file=sys.stderr)
+    make_trn1(os.path.join(out, "trn1"))
+    print(f"wrote {out}/dgx-h100, {out}/amd-mi300x, {out}/gaudi2 and {out}/trn1", file=sys.stderr)
     return 0
 
 

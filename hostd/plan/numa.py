@@ -10,7 +10,7 @@ from hostd.model.topology import Topology
 
 def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
     """The NUMA nodes of the GPUs a process holds open (by /dev/nvidiaN, a renderD minor with
-    /dev/kfd, or /dev/accel/accelN)."""
+    /dev/kfd, or /dev/accel/accelN; /dev/neuronN: the node of every Neuron device, if one)."""
     nodes = []
     for minor in proc.nvidia_minors:
         gpu = topo.gpu_by_minor("nvidia", minor)
@@ -30,6 +30,11 @@ def process_gpu_nodes(topo: Topology, proc: Process) -> tuple[int, ...]:
             )
             if gpu is not None and gpu.node is not None:
                 nodes.append(gpu.node)
+    if any(dev.startswith("/dev/neuron") and dev[11:].isdigit() for dev in proc.gpu_devices):
+        # which PCI device /dev/neuronN is, the driver does not say: only one node for all
+        neuron = {g.node for g in topo.gpus if g.vendor == "neuron"}
+        if len(neuron) == 1 and None not in neuron:
+            nodes.append(neuron.pop())
     return tuple(nodes)
 
 

@@ -28,6 +28,13 @@ GPU_VENDORS = {0x10DE: "nvidia", 0x1002: "amd"}
 # through habanalabs, Intel NPU, AMD XDNA, ...), whatever their vendor: an ``accel/accelN``
 # entry below the PCI device names their minor. Named vendors; others are "accel".
 ACCEL_VENDORS = {0x1DA3: "habana", 0x8086: "intel", 0x1022: "amd"}
+# AWS Neuron devices (Inferentia, Trainium: aws-neuronx-dkms, neuron_device.h), vendor Amazon:
+# matched by device id, as Amazon's other devices (ENA, EFA, NVMe) share the vendor. The driver
+# publishes no link from /dev/neuronN to its PCI device (its class devices have no parent), so a
+# Neuron device's minor is unknown: hostd.plan.numa places a Neuron rank only where every Neuron
+# device sits on one node.
+AMAZON = 0x1D0F
+NEURON_DEVICE_IDS = {0x7064, 0x7065, 0x7066, 0x7067, 0x7164, 0x7264, 0x7364, 0x7564, 0x7565}
 # PCI class codes (upper 16 bits of the 24-bit class): VGA, 3D controller, other display
 # controller (AMD Instinct MI100-MI250), processing accelerator (AMD MI300).
 GPU_CLASSES = {0x0300, 0x0302, 0x0380, 0x1200}
@@ -142,6 +149,10 @@ def _read_gpus(host: Host, online: frozenset[int]) -> tuple[tuple[Gpu, ...], str
         )
         minor: int | None = None
         name = ""
+        device_id = parse_int(host.read_line(paths.pci(pci, "device")), 0) or 0
+        if vendor_id == AMAZON and device_id in NEURON_DEVICE_IDS:
+            found.append((pci, "neuron", None, "AWS Neuron device"))
+            continue
         if accels:  # /dev/accel/accelN: its minor names it, whoever made it
             maker = ACCEL_VENDORS.get(vendor_id, "accel")
             found.append((pci, f"accel:{maker}", accels[0], f"{maker} accelerator"))

@@ -672,12 +672,12 @@ def _same_tree(a: Path, b: Path) -> list[str]:
 def test_generated_fixtures_are_up_to_date(tmp_path):
     make = _load_tool("make_fixture_hosts")
     make.main([str(tmp_path)])
-    for name in ("dgx-h100", "amd-mi300x", "gaudi2"):
+    for name in ("dgx-h100", "amd-mi300x", "gaudi2", "trn1"):
         diffs = _same_tree(HOSTS / name, tmp_path / name)
         assert not diffs, f"{name} differs from the generator (rerun it): {diffs[:10]}"
 
 
-@pytest.mark.parametrize("host", ["dgx-h100", "amd-mi300x", "gaudi2", "ci-vm"])
+@pytest.mark.parametrize("host", ["dgx-h100", "amd-mi300x", "gaudi2", "trn1", "ci-vm"])
 def test_capture_of_a_tree_reads_the_same(tmp_path, host):
     """capture_host.py from a fixture tree (as if it were /) gives a tree hostd reads alike."""
     capture = _load_tool("capture_host")
@@ -728,7 +728,7 @@ def test_capture_limits_processes_gpu_first(tmp_path):
 
 
 def test_committed_trees_hold_no_paths_of_the_machine_that_made_them():
-    for host in ("dgx-h100", "amd-mi300x", "ci-vm"):
+    for host in ("dgx-h100", "amd-mi300x", "gaudi2", "trn1", "ci-vm"):
         for dirpath, _dirs, files in os.walk(HOSTS / host):
             for name in files:
                 path = Path(dirpath) / name
@@ -780,3 +780,26 @@ def test_gaudi2_accelerators_jobs_and_services():
     assert layer(found[1400]).name == "system"
     assert process_gpu_nodes(t, found[2100].process) == (0,)
     assert process_gpu_nodes(t, found[2200].process) == (1,)
+
+
+def test_trn1_neuron_devices_jobs_and_services():
+    """AWS Trainium: found by PCI id with their nodes, but the driver does not say which PCI
+    device /dev/neuronN is (its class devices are virtual), so a rank is placed on no node
+    while the devices span two; the ranks are protected; neuron-monitor is a GPU service."""
+    from hostd.classify import Classifier
+    from hostd.plan.numa import process_gpu_nodes
+    from hostd.policy import load_default
+
+    t = topo("trn1")
+    assert [(g.vendor, g.minor, g.node) for g in t.gpus] == [
+        ("neuron", None, n // 2) for n in range(4)
+    ]
+    found = tasks("trn1")
+    layer = Classifier(load_default()).classify
+    assert {found[tid].process.job.role for tid in (2100, 2200)} == {"rank"}
+    assert {layer(found[tid]).name for tid in (2100, 2101, 2200, 2203)} == {"trainer"}
+    assert layer(found[2150]).name == "data"
+    assert layer(found[2000]).name == "helpers"
+    assert layer(found[1300]).name == layer(found[1301]).name == "gpu-services"
+    assert layer(found[1500]).name == "system"
+    assert process_gpu_nodes(t, found[2100].process) == ()
