@@ -16,13 +16,14 @@ app = typer.Typer(help="Validate and show policy files.", no_args_is_help=True)
 def check(
     files: list[str] = typer.Argument(..., help="Policy files to validate."),
 ) -> None:
-    """Validate policy files: one line per file; exit 2 if any is bad."""
+    """Validate policy files: "ok" per good file, one line per error of a bad one
+    (file:line:column: key.path: value: expected ...); exit 2 if any is bad."""
     bad = 0
     for path in files:
         try:
             policy = load_policy(path)
         except PolicyError as exc:
-            sys.stderr.write(f"hostd: {exc}\n")
+            sys.stderr.writelines(f"hostd: {line}\n" for line in str(exc).splitlines())
             bad += 1
             continue
         for warning in policy.warnings:

@@ -3,10 +3,11 @@
 A policy is an ordered list of layers; each layer's ``match`` is an OR of AND-groups of
 predicates; the first layer that matches a thread wins and the last layer must match every
 thread. ``load_policy(path)`` and ``load_default()`` are the entry points; a policy that does not
-validate raises ``PolicyError``, whose one-line message names the file, the key path, the bad
-value and what was expected. Unknown keys are errors (they are usually typos). Rules that look
-dangerous (an RT layer an unprivileged user could enter by renaming a thread) are kept as
-warnings on the Policy.
+validate raises ``PolicyError`` with every error of the file, one line each: the file, the
+line and column of the key (``hostd.policy.positions``), the key path, the bad value, what was
+expected and, for a misspelled key, predicate, role or choice, what was probably meant. Unknown
+keys are errors (they are usually typos). Rules that look dangerous (an RT layer an unprivileged
+user could enter by renaming a thread) are kept as warnings on the Policy.
 
 Called by the CLI (``hostd policy check``, and every command that takes ``--policy``) and by the
 classifier (``hostd.classify``), which compiles the predicates kept here.
@@ -14,6 +15,7 @@ classifier (``hostd.classify``), which compiles the predicates kept here.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -28,6 +30,7 @@ from pathlib import Path
 from hostd.model.jobs import ROLES
 from hostd.model.predicates import PREDICATES as PREDICATE_SPECS
 from hostd.model.tasks import ACTIVITIES
+from hostd.policy.positions import position
 
 try:  # the regular expression parser, for the limits (Python 3.11+; sre_parse before)
     from re import _parser as _sre_parser  # type: ignore[attr-defined]
@@ -71,21 +74,51 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be used. ``str()`` is the one line shown to the user."""
+    """A policy that cannot be used. ``str()`` is the line shown to the user (one per error:
+    ``errors`` lists them all, this one first): ``file:line:column: key.path: value: expected
+    ... (did you mean ...?)``, the position where the key path is found in the file."""
 
     def __init__(
-        self, source: str, key: str, value: object, expected: str, problem: str = ""
+        self,
+        source: str,
+        key: str,
+        value: object,
+        expected: str,
+        problem: str = "",
+        *,
+        position: tuple[int, int] | None = None,
+        hint: str = "",
     ) -> None:
         self.source, self.key, self.value, self.expected = source, key, value, expected
-        where = f"{source}: {key}" if key else source
+        self.position = position
+        self.errors: list[PolicyError] = [self]
+        at = f"{source}:{position[0]}:{position[1]}" if position else source
+        where = f"{at}: {key}" if key else at
         shown = "" if value is _NOTHING else f": {_show(value)}"
         problem = f": {problem};" if problem else ":"
-        super().__init__(f"{where}{shown}{problem} expected {expected}")
+        hint = f" (did you mean {hint}?)" if hint else ""
+        super().__init__(f"{where}{shown}{problem} expected {expected}{hint}")
 
     @classmethod
     def about_file(cls, source: str, expected: str) -> PolicyError:
         """An error about the file as a whole (unreadable, untrusted), not one of its keys."""
         return cls(source, "", _NOTHING, expected)
+
+    @classmethod
+    def all_of(cls, errors: list[PolicyError]) -> PolicyError:
+        """Every error of a file at once: the first one, with ``errors`` and one line each."""
+        first = errors[0]
+        first.errors = list(errors)
+        first.args = ("\n".join(str(e.args[0]) for e in errors),)
+        return first
+
+
+def did_you_mean(word: object, choices: tuple[str, ...] | list[str]) -> str:
+    """The choices closest to a misspelled ``word`` ("" when none is close)."""
+    if not isinstance(word, str):
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return " or ".join(f'"{c}"' for c in close)
 
 
 class _Nothing:
@@ -298,33 +331,57 @@ def _key_name(name: str) -> str:
     return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
 
 
+class _Skip(Exception):
+    """A part of the policy had errors (already in ``_Checker.errors``): left out."""
+
+
 class _Checker:
-    """Walks the parsed TOML and raises PolicyError at the first problem, with its key path."""
+    """Walks the parsed TOML and collects every problem (``errors``), each with its key path and
+    its position in ``text``; one part's error does not hide another part's."""
 
-    def __init__(self, source: str) -> None:
-        self.source = source
+    def __init__(self, source: str, text: str = "") -> None:
+        self.source, self.text = source, text
         self.warnings: list[str] = []
+        self.errors: list[PolicyError] = []
 
-    def fail(self, key: str, value: object, expected: str) -> PolicyError:
-        return PolicyError(self.source, key, value, expected)
+    def fail(
+        self, key: str, value: object, expected: str, problem: str = "", hint: str = ""
+    ) -> PolicyError:
+        where = position(self.text, key) if self.text and key else None
+        return PolicyError(
+            self.source, key, value, expected, problem, position=where, hint=hint
+        )  # fmt: skip
+
+    def attempt(self, fn, *args, default=None):  # type: ignore[no-untyped-def]
+        """``fn(*args)``, or ``default`` when it raised a PolicyError (kept in ``errors``)."""
+        try:
+            return fn(*args)
+        except PolicyError as exc:
+            self.errors.append(exc)
+        except _Skip:
+            pass
+        return default
 
     def table(self, value: object, key: str, allowed: tuple[str, ...]) -> dict:
         if not isinstance(value, dict):
             raise self.fail(key, value, f"a table with keys {', '.join(allowed)}")
         for name in value:
             if name not in allowed:
-                raise PolicyError(
-                    self.source,
-                    f"{key}.{_key_name(name)}" if key else _key_name(name),
-                    _NOTHING,
-                    f"one of {', '.join(allowed)}",
-                    problem="unknown key (a typo?)",
+                self.errors.append(
+                    self.fail(
+                        f"{key}.{_key_name(name)}" if key else _key_name(name),
+                        _NOTHING,
+                        f"one of {', '.join(allowed)}",
+                        problem="unknown key (a typo?)",
+                        hint=did_you_mean(name, allowed),
+                    )
                 )
         return value
 
     def choice(self, value: object, key: str, choices: tuple[str, ...]) -> str:
         if not isinstance(value, str) or value not in choices:
-            raise self.fail(key, value, "one of " + ", ".join(f'"{c}"' for c in choices))
+            expected = "one of " + ", ".join(f'"{c}"' for c in choices)
+            raise self.fail(key, value, expected, hint=did_you_mean(value, choices))
         return value
 
     def string(self, value: object, key: str, *, empty_ok: bool = False) -> str:
@@ -401,11 +458,13 @@ class _Checker:
             if rule == "role":
                 for s in items:
                     if s not in ROLES:
-                        raise self.fail(sub, s, "a job role: " + ", ".join(ROLES))
+                        expected = "a job role: " + ", ".join(ROLES)
+                        raise self.fail(sub, s, expected, hint=did_you_mean(s, ROLES))
             if rule == "activity":
                 for s in items:
                     if s not in ACTIVITIES:
-                        raise self.fail(sub, s, "an activity: " + ", ".join(ACTIVITIES))
+                        expected = "an activity: " + ", ".join(ACTIVITIES)
+                        raise self.fail(sub, s, expected, hint=did_you_mean(s, tuple(ACTIVITIES)))
             if rule == "path":
                 for s in items:
                     if not s.startswith("/"):
@@ -437,12 +496,12 @@ class _Checker:
             if not isinstance(arg, bool):
                 raise self.fail(sub, arg, "true or false")
             return Predicate(name, arg)
-        raise PolicyError(
-            self.source,
+        raise self.fail(
             sub,
             _NOTHING,
             "one of " + ", ".join((*PREDICATES, "not")),
             problem="unknown predicate",
+            hint=did_you_mean(name, (*PREDICATES, "not")),
         )
 
     def match(self, value: object, key: str) -> tuple[tuple[Predicate, ...], ...]:
@@ -450,10 +509,17 @@ class _Checker:
         if not isinstance(value, list) or not value:
             raise self.fail(key, value, expected)
         groups = []
+        before = len(self.errors)
         for i, group in enumerate(value):
             if not isinstance(group, list):
-                raise self.fail(f"{key}[{i}]", group, expected)
-            groups.append(tuple(self.predicate(p, f"{key}[{i}][{j}]") for j, p in enumerate(group)))
+                self.errors.append(self.fail(f"{key}[{i}]", group, expected))
+                continue
+            preds = [
+                self.attempt(self.predicate, p, f"{key}[{i}][{j}]") for j, p in enumerate(group)
+            ]
+            groups.append(tuple(p for p in preds if p is not None))
+        if len(self.errors) > before:
+            raise _Skip
         return tuple(groups)
 
     def sched(self, value: object, key: str) -> Sched:
@@ -511,75 +577,104 @@ class _Checker:
                 return value
         raise self.fail(key, value, 'a frequency in kHz (integer > 0), "max" or a percentage')
 
+    def cpus(self, value: object, kind: str, key: str) -> tuple[CpuAmount, CpuAmount]:
+        if kind == "open":
+            raise self.fail(key, value, 'no cpus on an "open" layer (it uses what is left)')
+        cpus = self.table(value, key, ("min", "max"))
+        cpus_min, cpus_max = CpuAmount(count=0), CpuAmount(fraction=1.0)
+        if "min" in cpus:
+            cpus_min = self.cpu_amount(cpus["min"], f"{key}.min")
+        if "max" in cpus:
+            cpus_max = self.cpu_amount(cpus["max"], f"{key}.max")
+        if cpus_max.count == 0:
+            raise self.fail(f"{key}.max", 0, "at least 1 CPU")
+        same_unit = (cpus_min.count is None) == (cpus_max.count is None)
+        if same_unit and cpus_min.resolve(1000) > cpus_max.resolve(1000):
+            raise self.fail(key, value, "min no larger than max")
+        return cpus_min, cpus_max
+
     def layer(self, value: object, key: str) -> Layer:
         allowed = (
             "name", "comment", "match", "kind", "cpus", "sched", "numa", "governor",
             "min_freq", "epp", "irqs", "numa_migrate", "preempt", "preemptible",
         )  # fmt: skip
+        before = len(self.errors)
         data = self.table(value, key, allowed)
         for required in ("name", "comment", "match"):
             if required not in data:
-                raise self.fail(f"{key}.{required}", _NOTHING, "this key (it is required)")
-        name = data["name"]
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            raise self.fail(
-                f"{key}.name", name, "a name of 1-32 lowercase letters, digits, '-' or '_'"
-            )
-        comment = self.string(data["comment"], f"{key}.comment")
-        match = self.match(data["match"], f"{key}.match")
-        kind = self.choice(data.get("kind", "open"), f"{key}.kind", KINDS)
-        cpus_min, cpus_max = CpuAmount(count=0), CpuAmount(fraction=1.0)
-        if "cpus" in data:
-            if kind == "open":
-                raise self.fail(
-                    f"{key}.cpus", data["cpus"], 'no cpus on an "open" layer (it uses what is left)'
+                self.errors.append(
+                    self.fail(f"{key}.{required}", _NOTHING, "this key (it is required)")
                 )
-            cpus = self.table(data["cpus"], f"{key}.cpus", ("min", "max"))
-            if "min" in cpus:
-                cpus_min = self.cpu_amount(cpus["min"], f"{key}.cpus.min")
-            if "max" in cpus:
-                cpus_max = self.cpu_amount(cpus["max"], f"{key}.cpus.max")
-            if cpus_max.count == 0:
-                raise self.fail(f"{key}.cpus.max", 0, "at least 1 CPU")
-            same_unit = (cpus_min.count is None) == (cpus_max.count is None)
-            if same_unit and cpus_min.resolve(1000) > cpus_max.resolve(1000):
-                raise self.fail(f"{key}.cpus", data["cpus"], "min no larger than max")
-        sched = self.sched(data["sched"], f"{key}.sched") if "sched" in data else Sched()
-        numa = self.choice(data.get("numa", "none"), f"{key}.numa", NUMA_MODES)
+        name = data.get("name", "")
+        if "name" in data and (not isinstance(name, str) or not _NAME_RE.fullmatch(name)):
+            self.errors.append(
+                self.fail(
+                    f"{key}.name", name, "a name of 1-32 lowercase letters, digits, '-' or '_'"
+                )
+            )
+        comment = match = None
+        if "comment" in data:
+            comment = self.attempt(self.string, data["comment"], f"{key}.comment")
+        if "match" in data:
+            match = self.attempt(self.match, data["match"], f"{key}.match")
+        kind = self.attempt(self.choice, data.get("kind", "open"), f"{key}.kind", KINDS)
+        cpus_min, cpus_max = CpuAmount(count=0), CpuAmount(fraction=1.0)
+        if "cpus" in data and kind is not None:
+            got = self.attempt(self.cpus, data["cpus"], kind, f"{key}.cpus")
+            if got is not None:
+                cpus_min, cpus_max = got
+        sched = Sched()
+        if "sched" in data:
+            sched = self.attempt(self.sched, data["sched"], f"{key}.sched", default=Sched())
+        numa = self.attempt(self.choice, data.get("numa", "none"), f"{key}.numa", NUMA_MODES)
         governor = None
         if "governor" in data:
-            governor = self.choice(data["governor"], f"{key}.governor", GOVERNORS)
-        min_freq = (
-            self.min_freq(data["min_freq"], f"{key}.min_freq") if "min_freq" in data else None
-        )
-        epp = self.choice(data["epp"], f"{key}.epp", EPP_VALUES) if "epp" in data else None
-        irqs = self.choice(data.get("irqs", "allow"), f"{key}.irqs", IRQ_MODES)
-        migrate = self.choice(
+            governor = self.attempt(self.choice, data["governor"], f"{key}.governor", GOVERNORS)
+        min_freq = None
+        if "min_freq" in data:
+            min_freq = self.attempt(self.min_freq, data["min_freq"], f"{key}.min_freq")
+        epp = None
+        if "epp" in data:
+            epp = self.attempt(self.choice, data["epp"], f"{key}.epp", EPP_VALUES)
+        irqs = self.attempt(self.choice, data.get("irqs", "allow"), f"{key}.irqs", IRQ_MODES)
+        migrate = self.attempt(
+            self.choice,
             data.get("numa_migrate", "move_pages"),
             f"{key}.numa_migrate",
             ("move_pages", "migrate_pages"),
         )
-        preempt = self.boolean(data.get("preempt", False), f"{key}.preempt")
-        preemptible = self.boolean(data.get("preemptible", False), f"{key}.preemptible")
+        preempt = self.attempt(self.boolean, data.get("preempt", False), f"{key}.preempt")
+        preemptible = self.attempt(
+            self.boolean, data.get("preemptible", False), f"{key}.preemptible"
+        )
         if preempt and preemptible:
-            raise self.fail(
-                f"{key}.preemptible",
-                True,
-                "not both: a layer that preempts others (preempt = true) cannot yield to them",
+            self.errors.append(
+                self.fail(
+                    f"{key}.preemptible",
+                    True,
+                    "not both: a layer that preempts others (preempt = true) cannot yield to them",
+                )
             )
         if preemptible and sched.realtime:
-            raise self.fail(
-                f"{key}.preemptible",
-                True,
-                f"no preemptible real-time layer (sched.policy = {sched.policy!r})",
+            self.errors.append(
+                self.fail(
+                    f"{key}.preemptible",
+                    True,
+                    f"no preemptible real-time layer (sched.policy = {sched.policy!r})",
+                )
             )
         if kind == "open" and (governor or min_freq or epp or irqs == "avoid"):
-            raise self.fail(
-                key,
-                _NOTHING,
-                'governor, min_freq, epp and irqs = "avoid" only on a "confined" or "grouped" '
-                "layer (they act on the layer's own CPUs)",
+            self.errors.append(
+                self.fail(
+                    key,
+                    _NOTHING,
+                    'governor, min_freq, epp and irqs = "avoid" only on a "confined" or '
+                    '"grouped" layer (they act on the layer\'s own CPUs)',
+                )
             )
+        if len(self.errors) > before:
+            raise _Skip
+        assert isinstance(name, str) and comment is not None and match is not None
         layer = Layer(
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
             epp, irqs, migrate, preempt, preemptible,
@@ -596,6 +691,44 @@ class _Checker:
                     )
         return layer
 
+    def agent_table(self, value: object) -> tuple:
+        agent = self.table(
+            value,
+            "agent",
+            (
+                "mode", "restore_on_exit", "interval", "source", "rescan_interval", "nice",
+                "cpu_dma_latency_us",
+            ),
+        )  # fmt: skip
+        mode = self.attempt(self.choice, agent.get("mode", "enforce"), "agent.mode", MODES)
+        restore_on_exit = self.attempt(
+            self.boolean, agent.get("restore_on_exit", True), "agent.restore_on_exit"
+        )
+        interval = self.attempt(
+            self.number, agent.get("interval", 5.0), "agent.interval", 0.1, 3600,
+            "seconds between passes",
+        )  # fmt: skip
+        source = self.attempt(self.choice, agent.get("source", "auto"), "agent.source", SOURCES)
+        rescan = self.attempt(
+            self.number, agent.get("rescan_interval", 60.0), "agent.rescan_interval", 1, 86400,
+            "seconds between drift rescans",
+        )  # fmt: skip
+        agent_nice = agent.get("nice", -10)
+        if agent_nice != "keep" and (
+            isinstance(agent_nice, bool)
+            or not isinstance(agent_nice, int)
+            or not -20 <= agent_nice <= 19
+        ):
+            self.errors.append(
+                self.fail("agent.nice", agent_nice, 'an integer from -20 to 19, or "keep"')
+            )
+        latency = agent.get("cpu_dma_latency_us")
+        if latency is not None:
+            latency = self.attempt(
+                self.integer, latency, "agent.cpu_dma_latency_us", 0, 2_000_000_000
+            )
+        return mode, restore_on_exit, interval, source, rescan, agent_nice, latency
+
     def policy(self, data: dict, raw: bytes) -> Policy:
         self.table(
             data,
@@ -606,93 +739,79 @@ class _Checker:
             ),
         )  # fmt: skip
         if "version" not in data:
-            raise self.fail("version", _NOTHING, "version = 1")
-        if type(data["version"]) is not int or data["version"] != 1:
-            raise self.fail("version", data["version"], "1 (the only policy version)")
-        agent = self.table(
-            data.get("agent", {}),
-            "agent",
-            (
-                "mode",
-                "restore_on_exit",
-                "interval",
-                "source",
-                "rescan_interval",
-                "nice",
-                "cpu_dma_latency_us",
-            ),
-        )
-        mode = self.choice(agent.get("mode", "enforce"), "agent.mode", MODES)
-        restore_on_exit = agent.get("restore_on_exit", True)
-        if not isinstance(restore_on_exit, bool):
-            raise self.fail("agent.restore_on_exit", restore_on_exit, "true or false")
-        interval = self.number(
-            agent.get("interval", 5.0), "agent.interval", 0.1, 3600, "seconds between passes"
-        )
-        source = self.choice(agent.get("source", "auto"), "agent.source", SOURCES)
-        rescan = self.number(
-            agent.get("rescan_interval", 60.0),
-            "agent.rescan_interval",
-            1,
-            86400,
-            "seconds between drift rescans",
-        )
-        agent_nice = agent.get("nice", -10)
-        if agent_nice != "keep" and (
-            isinstance(agent_nice, bool)
-            or not isinstance(agent_nice, int)
-            or not -20 <= agent_nice <= 19
-        ):
-            raise self.fail("agent.nice", agent_nice, 'an integer from -20 to 19, or "keep"')
-        latency = agent.get("cpu_dma_latency_us")
-        if latency is not None:
-            latency = self.integer(latency, "agent.cpu_dma_latency_us", 0, 2_000_000_000)
+            self.errors.append(self.fail("version", _NOTHING, "version = 1"))
+        elif type(data["version"]) is not int or data["version"] != 1:
+            self.errors.append(self.fail("version", data["version"], "1 (the only policy version)"))
+        agent = self.attempt(self.agent_table, data.get("agent", {}))
         layers_raw = data.get("layer")
+        layers: list[Layer | None] = []
         if not isinstance(layers_raw, list) or not layers_raw:
-            raise self.fail(
-                "layer",
-                layers_raw if layers_raw is not None else _NOTHING,
-                "at least one [[layer]], the last one a catch-all",
+            self.errors.append(
+                self.fail(
+                    "layer",
+                    layers_raw if layers_raw is not None else _NOTHING,
+                    "at least one [[layer]], the last one a catch-all",
+                )
             )
-        layers = tuple(self.layer(ly, f"layer[{i}]") for i, ly in enumerate(layers_raw))
+        else:
+            layers = [
+                self.attempt(self.layer, ly, f"layer[{i}]") for i, ly in enumerate(layers_raw)
+            ]
         names: set[str] = set()
         for i, layer in enumerate(layers):
+            if layer is None:
+                continue
             if layer.name in names:
-                raise self.fail(f"layer[{i}].name", layer.name, "a name no other layer has")
+                self.errors.append(
+                    self.fail(f"layer[{i}].name", layer.name, "a name no other layer has")
+                )
             names.add(layer.name)
             if layer.catch_all and i != len(layers) - 1:
-                raise self.fail(
-                    f"layer[{i}].match",
-                    _NOTHING,
-                    "no empty AND-group before the last layer (it would match every thread "
-                    "and leave the layers after it unreachable)",
+                self.errors.append(
+                    self.fail(
+                        f"layer[{i}].match",
+                        _NOTHING,
+                        "no empty AND-group before the last layer (it would match every thread "
+                        "and leave the layers after it unreachable)",
+                    )
                 )
-        last = layers[-1]
-        if not last.catch_all:
-            raise self.fail(
-                f"layer[{len(layers) - 1}].match",
-                _NOTHING,
-                f"the last layer ({last.name!r}) to be a catch-all: match = [[]]",
+        last = layers[-1] if layers else None
+        if last is not None and not last.catch_all:
+            self.errors.append(
+                self.fail(
+                    f"layer[{len(layers) - 1}].match",
+                    _NOTHING,
+                    f"the last layer ({last.name!r}) to be a catch-all: match = [[]]",
+                )
             )
         name = data.get("name", Path(self.source).stem if self.source else "policy")
         description = data.get("description", "")
-        self.string(name, "name")
+        self.attempt(self.string, name, "name")
         if not isinstance(description, str):
-            raise self.fail("description", description, "a string")
-        if any(ly.preemptible for ly in layers) and not any(ly.preempt for ly in layers):
-            first = next(i for i, ly in enumerate(layers) if ly.preemptible)
-            raise self.fail(
-                f"layer[{first}].preemptible",
-                True,
-                "a layer with preempt = true for it to yield to (none has it)",
+            self.errors.append(self.fail("description", description, "a string"))
+        valid = [ly for ly in layers if ly is not None]
+        if any(ly.preemptible for ly in valid) and not any(ly.preempt for ly in valid):
+            first = next(i for i, ly in enumerate(layers) if ly is not None and ly.preemptible)
+            self.errors.append(
+                self.fail(
+                    f"layer[{first}].preemptible",
+                    True,
+                    "a layer with preempt = true for it to yield to (none has it)",
+                )
             )
-        preempt = self.preempt_table(data.get("preempt", {}))
-        guard = self.guard_table(data.get("guard", {}))
+        preempt = self.attempt(self.preempt_table, data.get("preempt", {}))
+        guard = self.attempt(self.guard_table, data.get("guard", {}))
         pool_min = None
         if "pool_min" in data:
-            pool_min = self.cpu_amount(data["pool_min"], "pool_min")
-            if pool_min.count == 0:
-                raise self.fail("pool_min", 0, "at least 1: the catch-all layer needs a CPU")
+            pool_min = self.attempt(self.cpu_amount, data["pool_min"], "pool_min")
+            if pool_min is not None and pool_min.count == 0:
+                self.errors.append(
+                    self.fail("pool_min", 0, "at least 1: the catch-all layer needs a CPU")
+                )
+        if self.errors:
+            raise PolicyError.all_of(self.errors)
+        assert agent is not None and preempt is not None and guard is not None
+        mode, restore_on_exit, interval, source, rescan, agent_nice, latency = agent
         return Policy(
             source=self.source,
             sha256=hashlib.sha256(raw).hexdigest(),
@@ -700,7 +819,7 @@ class _Checker:
             name=name,
             description=description,
             mode=mode,
-            layers=layers,
+            layers=tuple(valid),
             restore_on_exit=restore_on_exit,
             interval=float(interval),
             event_source=source,
@@ -784,7 +903,7 @@ def parse_policy(raw: bytes, source: str) -> Policy:
         raise PolicyError(source, "", _NOTHING, f"valid TOML ({exc})") from None
     except RecursionError:
         raise PolicyError(source, "", _NOTHING, "TOML nested less deep") from None
-    return _Checker(source).policy(data, raw)
+    return _Checker(source, text).policy(data, raw)
 
 
 MAX_POLICY_BYTES = 1 << 20

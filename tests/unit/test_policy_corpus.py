@@ -1,7 +1,9 @@
 """The corpus of malformed policies in tests/fixtures/policies/bad/.
 
 Every file there must be refused by ``load_policy`` with a one-line ``PolicyError`` that starts
-with the file's path and names the key path and the problem listed for it in ``expected.toml``;
+with the file's path and, for an error about a key, the line and column of that key in the file
+(``file:line:column: key.path: ...``), and names the key path and the problem listed for it in
+``expected.toml`` (each file has one error; a file with several is reported whole: below);
 ``hostd policy check FILE`` must turn the same error into exit status 2 and that one line on
 stderr, never a traceback. Entries of ``expected.toml`` with an ``xfail`` reason are known hostd
 bugs: their tests are strict xfails, so they flip to failures once the bug is fixed.
@@ -9,6 +11,7 @@ bugs: their tests are strict xfails, so they flip to failures once the bug is fi
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd.policy import PolicyError, load_policy
+from hostd.policy import PREDICATES, PolicyError, load_policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +31,9 @@ BAD = REPO / "tests" / "fixtures" / "policies" / "bad"
 GOOD = REPO / "tests" / "fixtures" / "policies" / "good"
 EXPECTED: dict[str, dict[str, str]] = tomllib.loads((BAD / "expected.toml").read_text())
 CORPUS = sorted(p.name for p in BAD.glob("*.toml") if p.name != "expected.toml")
-HOSTD = shutil.which("hostd")
+# The console script beside this interpreter: the same with or without an activated venv.
+_sibling = Path(sys.executable).with_name("hostd")
+HOSTD = str(_sibling) if _sibling.exists() else shutil.which("hostd")
 needs_cli = pytest.mark.skipif(
     HOSTD is None, reason="the hostd console script is not installed (pip install -e .)"
 )
@@ -44,17 +49,32 @@ def _params() -> list:
 
 
 def _error(path: Path) -> str:
-    """The one-line message ``load_policy`` refuses ``path`` with."""
+    """The first line of the message ``load_policy`` refuses ``path`` with (its first error)."""
+    return _errors(path)[0]
+
+
+def _errors(path: Path) -> list[str]:
+    """Every line of the message ``load_policy`` refuses ``path`` with: one per error."""
     with pytest.raises(PolicyError) as info:
         load_policy(path)
-    return str(info.value)
+    lines = str(info.value).split("\n")
+    assert len(lines) == len(info.value.errors)
+    return lines
 
 
 def _check_message(message: str, path: Path, entry: dict[str, str]) -> None:
     assert "\n" not in message and "\r" not in message, f"not one line: {message!r}"
-    assert message.startswith(f"{path}: "), message
-    rest = message[len(f"{path}: ") :]
-    if entry["key"]:
+    at = re.match(rf"{re.escape(str(path))}(?::(\d+):(\d+))?: ", message)
+    assert at, message
+    rest = message[at.end() :]
+    names = re.findall(r"[A-Za-z_][A-Za-z0-9_-]*", entry["key"])
+    text = path.read_text(errors="replace")
+    if names and re.search(rf"^\s*\[*\s*{re.escape(names[0])}\b", text, re.MULTILINE):
+        # a key the file holds: its line and column, on a line that names part of its path
+        assert at.group(1), f"no line and column: {message}"
+        line = text.splitlines()[int(at.group(1)) - 1]
+        assert any(n in line for n in names), (message, line)
+        assert 1 <= int(at.group(2)) <= len(line), (message, line)
         # "<key>: <value>: expected ..." or "<key>: expected ..."; the key may come quoted.
         named = rest.partition(": ")[0]
         assert named.strip("'\"") == entry["key"], message
@@ -85,7 +105,44 @@ def test_expected_entries_are_well_formed() -> None:
 @pytest.mark.parametrize("name", _params())
 def test_load_policy_refuses_with_one_line(name: str) -> None:
     path = BAD / name
-    _check_message(_error(path), path, EXPECTED[name])
+    first, *more = _errors(path)
+    _check_message(first, path, EXPECTED[name])
+    for line in more:  # every other error of the file: its own line, with its position
+        assert re.match(rf"{re.escape(str(path))}:\d+:\d+: ", line), line
+
+
+def test_every_error_of_a_file_at_once_with_positions_and_hints(tmp_path: Path) -> None:
+    path = tmp_path / "many.toml"
+    path.write_text(
+        "version = 1\n"
+        "[agent]\n"
+        'mode = "enforced"\n'
+        "[[layer]]\n"
+        'name = "fast"\n'
+        'coment = "typo"\n'
+        'match = [[{ comm_prefx = "pt_" }], [{ job_role = "ranks" }]]\n'
+        'kind = "grouped"\n'
+        "cpus = { min = 2, max = 1 }\n"
+        "[[layer]]\n"
+        'name = "rest"\n'
+        'comment = "the rest"\n'
+        "match = [[]]\n"
+    )
+    lines = _errors(path)
+    assert lines == [
+        f'{path}:3:1: agent.mode: \'enforced\': expected one of "enforce", "observe" '
+        '(did you mean "enforce"?)',
+        f"{path}:6:1: layer[0].coment: unknown key (a typo?); expected one of name, comment, "
+        "match, kind, cpus, sched, numa, governor, min_freq, epp, irqs, numa_migrate, preempt, "
+        'preemptible (did you mean "comment"?)',
+        f"{path}:4:3: layer[0].comment: expected this key (it is required)",
+        f"{path}:7:13: layer[0].match[0][0].comm_prefx: unknown predicate; expected one of "
+        + ", ".join((*PREDICATES, "not"))
+        + ' (did you mean "comm_prefix" or "pcomm_prefix"?)',
+        f"{path}:7:39: layer[0].match[1][0].job_role: 'ranks': expected a job role: launcher, "
+        'rank, data, compile, helper, other (did you mean "rank"?)',
+        f"{path}:9:1: layer[0].cpus: {{'min': 2, 'max': 1}}: expected min no larger than max",
+    ]
 
 
 @pytest.mark.parametrize("name", _params())
@@ -120,7 +177,7 @@ def test_long_values_are_shortened(tmp_path: Path) -> None:
     )
     message = _error(path)
     assert "x" * 60 not in message and "..." in message
-    assert message.startswith(f"{path}: layer[0].kind: ")
+    assert message.startswith(f"{path}:6:1: layer[0].kind: ")
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -152,10 +209,9 @@ def test_cli_batch_exits_2_without_traceback(batch: subprocess.CompletedProcess[
 @pytest.mark.parametrize("name", _params())
 def test_cli_prints_the_one_line(name: str, batch: subprocess.CompletedProcess[str]) -> None:
     path = BAD / name
-    message = _error(path)
-    lines = [line for line in batch.stderr.splitlines() if f"{path}: " in line]
-    assert len(lines) == 1, lines
-    assert lines[0].endswith(message), lines[0]
+    errors = _errors(path)
+    lines = [line for line in batch.stderr.splitlines() if f"{path}:" in line]
+    assert lines == [f"hostd: {e}" for e in errors], lines
 
 
 # One file per family of checks, each in its own process: exit status and stderr of exactly
@@ -182,8 +238,7 @@ def test_cli_single_file_exits_2(name: str) -> None:
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].endswith(_error(path))
+    assert lines == [f"hostd: {e}" for e in _errors(path)], result.stderr
 
 
 @needs_cli

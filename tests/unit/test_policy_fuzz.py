@@ -125,16 +125,19 @@ def _document(data: dict) -> str:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_a_mutant_of_a_shipped_policy_loads_or_is_one_policy_error(data) -> None:
+def test_a_mutant_of_a_shipped_policy_loads_or_is_a_policy_error(data) -> None:
     name = data.draw(st.sampled_from(sorted(SHIPPED)))
     original = SHIPPED[name]
     path = data.draw(st.sampled_from(_paths(original)))
     mutant = _replace(original, path, data.draw(VALUES))
     text = _document(mutant)  # type: ignore[arg-type]
+    source = f"<mutant of {name} at {path}>"
     try:
-        parse_policy(text.encode(), f"<mutant of {name} at {path}>")
+        parse_policy(text.encode(), source)
     except PolicyError as exc:
-        assert "\n" not in str(exc)
+        lines = str(exc).split("\n")  # one line per error, each naming the source
+        assert len(lines) == len(exc.errors) >= 1
+        assert all(line.startswith(source) for line in lines), lines
 
 
 def test_the_rendering_round_trips_so_mutants_reach_the_validator() -> None:
