@@ -222,7 +222,8 @@ class Agent:
         try:
             new = load_checked(self.policy_path, self.allow_insecure)
         except PolicyError as exc:
-            log.warning("reload refused, keeping the running policy: %s", exc)
+            why = " | ".join(str(e) for e in exc.errors)
+            log.warning("reload refused, keeping the running policy: %s", why)
             return
         self.policy, self.classifier = new, Classifier(new)
         self.watcher.configure(new)

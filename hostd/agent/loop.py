@@ -39,6 +39,11 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         "start version=%s mode=%s policy=%s pid=%d",
         __version__, agent.mode, agent.policy.source, os.getpid(),
     )  # fmt: skip
+    if agent.disabled:
+        log.warning(
+            "disabled: `hostd disable` switched hostd off and the switch persists; it changes "
+            "nothing until `hostd enable`"
+        )
     if agent.sidecar:
         for feature, _, detail in hostd.sidecar.describe(agent.host):
             log.info("%s: %s", feature, detail)
@@ -154,7 +159,10 @@ def finish(agent: Agent) -> None:
         agent.inc.plan = None
         agent.write_status(restored, 0.0, state="stopped")
     elif agent.sources.stop:
-        log.info("stop (restore_on_exit = false: changes are kept; hostd restore undoes)")
+        if agent.mode != "enforce":
+            log.info("stop (%s mode: nothing was changed, nothing to restore)", agent.mode)
+        else:
+            log.info("stop (restore_on_exit = false: changes are kept; hostd restore undoes)")
         agent.inc.plan = None
         agent.write_status(PassReport(), 0.0, state="stopped")
     agent.journal.close()

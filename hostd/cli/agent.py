@@ -35,6 +35,7 @@ from hostd.cli.common import (
     get_host,
     out,
     print_json,
+    show,
 )
 from hostd.doctor import Finding, job_findings, probe
 from hostd.host import Host
@@ -85,6 +86,12 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run the agent: apply the policy and keep it applied; Ctrl-C (SIGTERM) restores."""
+    if os.geteuid() != 0:
+        fail(
+            "hostd run needs root (it changes other users' threads); `hostd plan` shows what "
+            "it would do",
+            EXIT_FAILURE,
+        )
     _logging(verbose)
     if mode not in (None, "enforce", "observe"):
         fail(f"--mode {mode!r}: expected enforce or observe")
@@ -197,23 +204,73 @@ def _restore(state_dir: str, as_json: bool) -> None:
         raise typer.Exit(EXIT_PARTIAL)
 
 
+# ``hostd status`` exit codes (README "Commands"), after LSB's for a service's status: 0 the
+# agent runs and applies the policy; 1 it ended without restoring (killed, crashed, the host lost
+# power): its journal holds originals and ``hostd restore`` puts them back; 3 no agent runs and
+# nothing is left to restore; 5 the agent runs, switched off with ``hostd disable``.
+STATUS_RUNNING, STATUS_UNCLEAN, STATUS_STOPPED, STATUS_DISABLED = 0, 1, 3, 5
+
+
+def agent_state(st: dict | None, pid: int | None, switched_off: bool) -> tuple[str, int, str]:
+    """(state, exit code, the line that says it) from the last status file, the running agent's
+    pid and the persisted switch."""
+    persisted = (
+        "; the switch persists: an agent started later stays off until `hostd enable`"
+        if switched_off
+        else ""
+    )
+    if pid is not None and st is not None and st.get("state") == "disabled":
+        return (
+            "disabled",
+            STATUS_DISABLED,
+            f"disabled by `hostd disable` (agent pid {pid}){persisted}",
+        )
+    if pid is not None:
+        return "running", STATUS_RUNNING, f"running (agent pid {pid})"
+    if st is None:
+        return "stopped", STATUS_STOPPED, f"not running (no agent has run here){persisted}"
+    records = (st.get("journal") or {}).get("records", 0)
+    if st.get("state") != "stopped":
+        return (
+            "unclean",
+            STATUS_UNCLEAN,
+            f"not running: the agent ended without restoring (its last state: {st.get('state')}); "
+            f"its journal held {records} originals: run `hostd restore`{persisted}",
+        )
+    if records:
+        return (
+            "stopped",
+            STATUS_STOPPED,
+            f"stopped; its changes were kept ({records} originals in the journal): "
+            f"`hostd restore` undoes them{persisted}",
+        )
+    return "stopped", STATUS_STOPPED, f"stopped, everything restored{persisted}"
+
+
 def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
-    """Mode, policy, layers with thread counts, and the last pass of the running agent."""
+    """Mode, policy, layers with thread counts, and the last pass of the running agent.
+
+    Exit status: 0 running; 1 ended without restoring (run `hostd restore`); 3 not running,
+    nothing to restore; 5 running but switched off (`hostd disable`)."""
     st = read_status(run_dir)
     pid = agent_pid(run_dir)
+    switched_off = os.path.lexists(os.path.join(run_dir, "disabled"))
+    state, code, line = agent_state(st, pid, switched_off)
     if st is None:
-        fail(f"no agent status in {run_dir} (is `hostd run` running?)", EXIT_FAILURE)
+        if as_json:
+            print_json({"schema": 1, "state": state, "running": False, "disabled": switched_off})
+        else:
+            out.print(f"hostd: {line}")
+        raise typer.Exit(code)
     st["running"] = pid is not None
+    st["agent_state"], st["disabled"] = state, switched_off
     if as_json:
         print_json(st)
-        return
+        raise typer.Exit(code)
+    out.print(f"hostd {st['version']}: {line}")
+    out.print(f"mode {st['mode']}, policy {st['policy']['name']} ({st['policy']['source']})")
     last = st.get("last_pass") or {"time": time.time(), "seconds": 0, "counts": {}}
     age = time.time() - last["time"]
-    state = st["state"] if pid else f"not running (last state: {st['state']})"
-    out.print(
-        f"hostd {st['version']}: {state}, mode {st['mode']}, "
-        f"policy {st['policy']['name']} ({st['policy']['source']})"
-    )
     out.print(
         f"last pass {age:.1f}s ago took {last['seconds'] * 1000:.1f} ms: "
         f"{summarize(last['counts'])}; journal holds {st['journal']['records']} originals"
@@ -249,9 +306,10 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
             "; ".join(layer["notes"]),
         )
     if st["layers"]:
-        out.print(table)
-    for line in preempt_lines(st.get("preempt") or {}):
-        out.print(line)
+        show(table)
+    for text in preempt_lines(st.get("preempt") or {}):
+        out.print(text)
+    raise typer.Exit(code)
 
 
 def preempt_lines(pre: dict) -> list[str]:

@@ -21,6 +21,7 @@ from hostd.cli.common import (
     fail,
     out,
     print_json,
+    show,
     snapshot,
 )
 
@@ -92,7 +93,7 @@ def classify(
             ly.kind,
             ly.comment,
         )
-    out.print(table)
+    show(table)
     if members:
         mt = Table(title_justify="left")
         for col in ("tid", "pid", "comm", "leader", "parent", "layer", "group", "cgroup"):
@@ -109,7 +110,7 @@ def classify(
                 str(c.group),
                 t.process.cgroup,
             )
-        out.print(mt)
+        show(mt)
 
 
 def explain(

@@ -15,6 +15,8 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from hostd.host import Host
 from hostd.policy import Policy, PolicyError, load_default, load_policy
@@ -30,14 +32,35 @@ RootOpt = typer.Option(
 )
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of tables.")
 
-# Piped output (scripts, tests, less) gets wide tables instead of ones cut to 80 columns.
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+# A terminal gets tables sized to it; piped output (scripts, grep, less) gets each table as
+# tab-separated lines, like ps(1) or `kubectl -o wide` (``show``), and long lines unwrapped.
+out = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def show(table: Table) -> None:
+    """A table: drawn on a terminal; piped, its title as "# title", then a tab-separated header
+    line and one line per row (markup removed, tabs and newlines in cells as spaces)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+
+    def plain(cell: object) -> str:
+        text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+        return " ".join(text.split())
+
+    lines = [f"# {plain(table.title)}"] if table.title else []
+    lines.append("\t".join(plain(c.header) for c in table.columns))
+    cells = [list(c.cells) for c in table.columns]
+    for row in zip(*cells, strict=True):
+        lines.append("\t".join(plain(c) for c in row))
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """One line on stderr, then exit with ``code``; never a traceback for user errors."""
-    sys.stderr.write(f"hostd: {message}\n")
+    """One line on stderr (one per error of a policy), then exit with ``code``; never a
+    traceback for user errors."""
+    sys.stderr.writelines(f"hostd: {line}\n" for line in message.splitlines() or [""])
     raise typer.Exit(code)
 
 

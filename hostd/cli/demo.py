@@ -7,7 +7,7 @@ import os
 import typer
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, fail, out, print_json
+from hostd.cli.common import JsonOpt, fail, out, print_json, show
 from hostd.demo import JOB_LAYERS
 from hostd.demo import demo as run_demo
 
@@ -53,7 +53,7 @@ def demo(
             "-" if not (rate and alone) else f"{rate / alone:.2f}",
             *("-" if w is None else f"{w:.0%}" for w in waits),
         )
-    out.print(table)
+    show(table)
     out.print(
         f"contention: {rows[1]['contention']} in a session of their own; 'wait' is the share of"
         " its runnable time a layer spent waiting on a run queue (hostd stats)."

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from hostd.agent.lock import agent_pid
 from hostd.agent.status import read_status
-from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, snapshot
+from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, show, snapshot
 from hostd.host import Host
 from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
 from hostd.model.cpus import format_cpulist
@@ -81,7 +81,7 @@ def plan(
             lp.name, lp.kind, str(lp.threads), own or "-", format_cpulist(lp.mems), sched,
             "; ".join(lp.notes),
         )  # fmt: skip
-    out.print(table)
+    show(table)
     moved = sum(1 for t in p.tasks if t.affinity is not None)
     by_layer = Counter(t.layer for t in p.tasks)
     out.print(
@@ -105,7 +105,7 @@ def plan(
                 "-" if t.affinity is None else format_cpulist(t.affinity), sched,
                 "-" if t.node is None else str(t.node),
             )  # fmt: skip
-        out.print(tt)
+        show(tt)
     changed = [
         i
         for i in p.irqs

@@ -22,6 +22,7 @@ from hostd.cli.common import (
     get_policy,
     out,
     print_json,
+    show,
 )
 from hostd.stats import StatsError, Unavailable, measure
 
@@ -74,7 +75,7 @@ def stats(
             f"{r.involuntary_per_s:.1f}",
             f"{r.voluntary_per_s:.1f}",
         )
-    out.print(table)
+    show(table)
     if top == 0:
         return
     if not result.top:
@@ -93,4 +94,4 @@ def stats(
             f"{t.rates.cpu:.3f}",
             f"{t.rates.involuntary_per_s:.1f}",
         )
-    out.print(tt)
+    show(tt)

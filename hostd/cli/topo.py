@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, RootOpt, get_host, out, print_json
+from hostd.cli.common import JsonOpt, RootOpt, get_host, out, print_json, show
 from hostd.model.cpus import format_cpulist
 from hostd.model.topology import Topology
 from hostd.topology import read_topology
@@ -129,7 +129,7 @@ def render(t: Topology) -> None:
             mem,
             " ".join(map(str, n.distances)),
         )
-    out.print(nodes)
+    show(nodes)
 
     if t.smt:
         pairs = sorted({format_cpulist(c) for c in cores.values() if len(c) > 1})
@@ -168,7 +168,7 @@ def render(t: Topology) -> None:
             irqs += " on CPUs " + "; ".join(where[:3]) + ("; ..." if len(where) > 3 else "")
         dev.add_row(n.name, "NIC", n.pci, _node(n.node), format_cpulist(n.local_cpus), irqs)
     if t.gpus or t.nics:
-        out.print(dev)
+        show(dev)
     if not t.gpus:
         out.print(f"GPUs: none found (NVML: {t.nvml or 'ok'}; sysfs PCI: no GPU-class device)")
     elif t.nvml:
@@ -183,7 +183,7 @@ def render(t: Topology) -> None:
             matrix.add_row(
                 f"GPU{g.index}", *("X" if g.node == n.id else "." for n in t.nodes.values())
             )
-        out.print(matrix)
+        show(matrix)
 
     moved = [i for i in t.irqs if i.affinity != t.online]
     out.print(

@@ -120,7 +120,7 @@ def test_bad_policy_is_one_line_exit_2_and_nothing_planned(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.strip() == (
-        f'hostd: {bad}: layer[0].kind: \'wide\': expected one of "confined", "grouped", "open"'
+        f'hostd: {bad}:6:1: layer[0].kind: \'wide\': expected one of "confined", "grouped", "open"'
     )
 
 
@@ -138,7 +138,11 @@ def test_policy_check_mixed_exit_2(tmp_path):
     proc = hostd("policy", "check", str(REPO / "policies" / "training.toml"), str(bad), check=False)
     assert proc.returncode == 2
     assert ": ok (" in proc.stdout
-    assert f"{bad}: layers: unknown key (a typo?); expected one of version," in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"hostd: {bad}:2:1: layers: unknown key (a typo?); expected one of version, name, "
+        'description, pool_min, agent, preempt, guard, layer (did you mean "layer"?)',
+        f"hostd: {bad}: layer: expected at least one [[layer]], the last one a catch-all",
+    ]
 
 
 def test_policy_show_default_is_the_shipped_file():
@@ -151,3 +155,65 @@ def test_policy_show_says_who_preempts_and_the_preemption_settings():
     assert "trainer (grouped, preempts)" in shown and "rest (open, preemptible)" in shown
     assert "[preempt] busy = 0.5 CPUs" in shown and "session_nice = 19" in shown
     assert "[guard] starve_after = 5 s" in shown
+
+
+def _status_file(run: Path, state: str, records: int) -> None:
+    run.mkdir(exist_ok=True)
+    doc = {
+        "version": "0.1.0", "pid": 1, "state": state, "mode": "enforce",
+        "policy": {"name": "training", "source": "<embedded training.toml>"},
+        "journal": {"records": records}, "layers": [], "last_pass": None,
+    }  # fmt: skip
+    (run / "status.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("state", "records", "code", "says"),
+    [
+        (None, 0, 3, "not running (no agent has run here)"),
+        ("stopped", 0, 3, "stopped, everything restored"),
+        ("stopped", 2, 3, "its changes were kept (2 originals in the journal): `hostd restore`"),
+        ("running", 7, 1, "ended without restoring (its last state: running); its journal held "
+                          "7 originals: run `hostd restore`"),
+        ("disabled", 0, 1, "ended without restoring (its last state: disabled)"),
+    ],
+)  # fmt: skip
+def test_status_says_what_is_true_and_exits_by_it(tmp_path, state, records, code, says):
+    """No agent runs here (its pid file is not locked): what the last status file says tells a
+    clean stop from an end that left originals to restore."""
+    run = tmp_path / "run"
+    if state is not None:
+        _status_file(run, state, records)
+    proc = hostd("status", "--run-dir", str(run), check=False)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert says in proc.stdout, proc.stdout
+    doc = json.loads(hostd("status", "--json", "--run-dir", str(run), check=False).stdout)
+    assert doc["running"] is False
+    want = "unclean" if code == 1 else "stopped"
+    assert (doc["agent_state"] if state else doc["state"]) == want
+
+
+def test_status_says_a_persisted_switch():
+    from hostd.cli.agent import agent_state
+
+    st = {"state": "disabled", "journal": {"records": 0}}
+    assert agent_state(st, 42, True)[:2] == ("disabled", 5)
+    assert "persists" in agent_state(st, 42, True)[2]
+    assert agent_state({"state": "running"}, 42, False)[:2] == ("running", 0)
+    state, code, line = agent_state({"state": "stopped"}, None, True)
+    assert (state, code) == ("stopped", 3)
+    assert "an agent started later stays off until `hostd enable`" in line
+
+
+def test_piped_tables_are_tab_separated_lines():
+    """Piped (as here), a table is its title as "# title", a header line and one line per row,
+    tab-separated, whatever their width: for grep, cut and awk, as ps(1) prints."""
+    shown = hostd("classify", "--root", str(FIXTURES / "dgx-h100")).stdout.splitlines()
+    title, header, *rows = shown
+    assert title.startswith("# policy training: ")
+    assert header.split("\t") == ["layer", "threads", "processes", "kind", "comment"]
+    assert len(rows) == 8 and all(len(r.split("\t")) == 5 for r in rows)
+    layers = {r.split("\t")[0]: int(r.split("\t")[1]) for r in rows}
+    assert sum(layers.values()) == int(title.split()[-2])
+    topo = hostd("topo", "--root", str(FIXTURES / "dgx-h100")).stdout
+    assert "# NUMA nodes\nnode\tCPUs\t" in topo

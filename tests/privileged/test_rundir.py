@@ -80,12 +80,44 @@ def test_a_switch_file_another_user_made_is_not_honoured(tmp_path):
     assert not owned_file(flag)
 
 
-@pytest.mark.parametrize("command", ["disable", "enable", "restore"])
+@pytest.mark.parametrize("command", ["disable", "enable", "restore", "run"])
 def test_an_ordinary_user_is_refused_in_one_line(tmp_path, command):
     tmp_path.chmod(0o755)
     out = hostd(command, "--run-dir", str(tmp_path / "run"), user=NOBODY)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "needs root" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# Every read-only command, as an ordinary user: it works (what it cannot read it says, never a
+# traceback), exit 0 (status: 3, no agent runs in an empty run dir).
+READ_ONLY = [
+    (["status"], 3),
+    (["status", "--json"], 3),
+    (["classify"], 0),
+    (["classify", "--json"], 0),
+    (["explain", "1"], 0),
+    (["plan"], 0),
+    (["plan", "--json"], 0),
+    (["stats", "--interval", "0.2"], 0),
+    (["topo"], 0),
+    (["topo", "--json"], 0),
+    (["doctor"], 0),
+    (["policy", "check", "POLICY"], 0),
+    (["policy", "show"], 0),
+    (["--version"], 0),
+]
+
+
+@pytest.mark.parametrize(("args", "code"), READ_ONLY, ids=[" ".join(a) for a, _ in READ_ONLY])
+def test_every_read_only_command_works_for_an_ordinary_user(tmp_path, args, code):
+    tmp_path.chmod(0o755)
+    args = [str(POLICY) if a == "POLICY" else a for a in args]
+    if args[0] in ("status", "plan"):
+        args += ["--run-dir", str(tmp_path / "run")]
+    out = hostd(*args, user=NOBODY)
+    assert out.returncode == code, out.stdout + out.stderr
+    assert out.stdout.strip(), out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 def test_one_agent_per_host_whatever_its_folders(tmp_path):
