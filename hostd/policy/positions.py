@@ -100,7 +100,8 @@ def _element(text: str, start: int, end: int, index: int) -> tuple[int, int] | N
 
 def _key(text: str, name: str, start: int, end: int) -> tuple[int, int] | None:
     """(where the key ``name`` starts, where its value starts) in ``text[start:end]``."""
-    key = re.escape(name) if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f'"{re.escape(name)}"'
+    quoted = f"\"{re.escape(name)}\"|'{re.escape(name)}'"
+    key = f"{re.escape(name)}|{quoted}" if re.fullmatch(r"[A-Za-z0-9_-]+", name) else quoted
     pattern = re.compile(rf"(?:^|[\s{{,.])({key})[ \t]*(?:=|\.)", re.MULTILINE)
     i = start
     while True:
