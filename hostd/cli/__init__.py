@@ -20,7 +20,7 @@ from hostd.cli import topo as topo_cmd
 app = typer.Typer(
     help="hostd: keep the latency-critical threads of AI training jobs fed, from userspace.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

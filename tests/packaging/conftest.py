@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import os
 import re
 import shutil
@@ -198,6 +199,17 @@ def check_installed_hostd(root: Path) -> None:
         doctor = in_root(root, "hostd", "doctor", check=False)
         assert "Traceback" not in doctor.stderr, doctor.stderr
         assert "proc connector" in doctor.stdout
+        # the shell completion asks the installed hostd what completes
+        words = in_root(
+            root, "env", "_HOSTD_COMPLETE=complete_bash", "COMP_WORDS=hostd pol", "COMP_CWORD=1",
+            "hostd",
+        ).stdout.split()  # fmt: skip
+        assert words == ["policy"], words
+    man = next(p for p in (root / "usr/share/man/man1").glob("hostd.1*"))
+    page = gzip.decompress(man.read_bytes()) if man.suffix == ".gz" else man.read_bytes()
+    assert b".SH COMMANDS" in page and b"hostd policy check" in page
+    completions = (root / "usr/share/bash-completion/completions/hostd").read_text()
+    assert "_HOSTD_COMPLETE=complete_bash" in completions
 
 
 @contextlib.contextmanager

@@ -50,6 +50,10 @@ def test_deb_contents(deb):
         "./opt/hostd/bin/hostd",
         "./opt/hostd/pyvenv.cfg",
         "./usr/bin/hostd",
+        "./usr/share/man/man1/hostd.1.gz",
+        "./usr/share/bash-completion/completions/hostd",
+        "./usr/share/zsh/vendor-completions/_hostd",
+        "./usr/share/fish/vendor_completions.d/hostd.fish",
     ):
         assert path in paths, path
     assert links["./usr/bin/hostd"] == "/opt/hostd/bin/hostd"

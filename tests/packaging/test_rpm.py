@@ -35,6 +35,10 @@ def test_rpm_metadata_and_files(rpm):
         "/usr/lib/systemd/system/hostd.service",
         "/opt/hostd/bin/hostd",
         "/opt/hostd/pyvenv.cfg",
+        "/usr/share/man/man1/hostd.1",
+        "/usr/share/bash-completion/completions/hostd",
+        "/usr/share/zsh/site-functions/_hostd",
+        "/usr/share/fish/vendor_completions.d/hostd.fish",
     ):
         assert path in files, path
     assert any(f"/site-packages/hostd-{VERSION}.dist-info/" in f for f in files)
