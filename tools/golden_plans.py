@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -38,7 +39,14 @@ def render(host_dir: Path, policy_file: Path) -> str:
     snap = take(Host(host_dir), load_policy(policy_file))
     data = snap.plan().to_json()
     data.pop("policy_sha256")
-    return json.dumps(data, indent=1) + "\n"
+    # one line per list of numbers (a CPU set), so that a diff shows which set changed
+    text = json.dumps(data, indent=1)
+    text = re.sub(
+        r"\[\s*(-?\d+(?:,\s*-?\d+)*)\s*\]",
+        lambda m: "[" + ", ".join(m.group(1).replace(",", " ").split()) + "]",
+        text,
+    )
+    return text + "\n"
 
 
 def main() -> int:

@@ -258,7 +258,7 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     state, code, line = agent_state(st, pid, switched_off)
     if st is None:
         if as_json:
-            print_json({"schema": 1, "state": state, "running": False, "disabled": switched_off})
+            print_json({"state": state, "running": False, "disabled": switched_off})
         else:
             out.print(f"hostd: {line}")
         raise typer.Exit(code)
@@ -406,7 +406,8 @@ def doctor(
     if sidecar:
         caps.findings += [Finding(*line) for line in describe_sidecar(host)]
     if as_json:
-        print_json([{"feature": f.feature, "ok": f.ok, "detail": f.detail} for f in caps.findings])
+        found = [{"feature": f.feature, "ok": f.ok, "detail": f.detail} for f in caps.findings]
+        print_json({"findings": found})
         return
     for f in caps.findings:
         mark = "[green]ok[/]  " if f.ok else "[yellow]no[/]  "

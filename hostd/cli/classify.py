@@ -44,6 +44,7 @@ def _row(item: Classified) -> dict:
         "nice": t.nice,
         "job": t.process.job.id if t.process.job else None,
         "role": t.process.job.role if t.process.job else None,
+        "activity": t.activity or None,
     }
 
 

@@ -64,8 +64,21 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     raise typer.Exit(code)
 
 
-def print_json(value: object) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=False) + "\n")
+# Every command's --json is one object whose "schema" says its shape's version; the shapes are
+# JSON Schemas in docs/json/ (tests/cli/test_json.py validates each command against its own).
+# CPU sets are lists of CPU numbers, everywhere.
+SCHEMA = 1
+
+
+def print_json(value: dict, schema: int = SCHEMA) -> None:
+    """One JSON object: ``{"schema": N, ...value}``."""
+    doc = {"schema": schema, **{k: v for k, v in value.items() if k != "schema"}}
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def cpu_list(cpus: object) -> list[int]:
+    """A CPU set as JSON has it: its CPU numbers, ascending."""
+    return sorted(cpus)  # type: ignore[call-overload]
 
 
 def get_policy(path: str | None) -> Policy:

@@ -38,7 +38,7 @@ def demo(
         )
         raise typer.Exit(130) from None
     if as_json:
-        print_json(rows)
+        print_json({"arms": rows})
         return
     alone = rows[0]["steps_per_s"] or 0.0
     table = Table(title="stand-in training job: steps/s, and which of its threads waited for a CPU")

@@ -17,6 +17,7 @@ from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, 
 from hostd.host import Host
 from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
 from hostd.model.cpus import format_cpulist
+from hostd.plan import PLAN_FORMAT
 from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR
 
 
@@ -49,7 +50,7 @@ def plan(
         snap.demoted_sessions, snap.runaways = watch_state(run_dir)
     p = snap.plan()
     if as_json:
-        print_json(p.to_json())
+        print_json(p.to_json(), schema=PLAN_FORMAT)
         return
     out.print(
         f"policy [bold]{p.policy}[/] (mode {p.mode}) on {snap.topology.hostname or 'host'}: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, RootOpt, get_host, out, print_json, show
+from hostd.cli.common import JsonOpt, RootOpt, cpu_list, get_host, out, print_json, show
 from hostd.model.cpus import format_cpulist
 from hostd.model.topology import Topology
 from hostd.topology import read_topology
@@ -18,7 +18,7 @@ from hostd.topology import read_topology
 def topo_json(t: Topology) -> dict:
     return {
         "hostname": t.hostname,
-        "online": format_cpulist(t.online),
+        "online": cpu_list(t.online),
         "smt": t.smt,
         "cgroup": {
             "mode": t.cgroup.mode,
@@ -30,7 +30,7 @@ def topo_json(t: Topology) -> dict:
         "nodes": [
             {
                 "id": n.id,
-                "cpus": format_cpulist(n.cpus),
+                "cpus": cpu_list(n.cpus),
                 "distances": list(n.distances),
                 "mem_total_kb": n.mem_total_kb,
             }
@@ -41,7 +41,7 @@ def topo_json(t: Topology) -> dict:
                 "id": c.id,
                 "package": c.package,
                 "core": c.core,
-                "siblings": format_cpulist(c.siblings),
+                "siblings": cpu_list(c.siblings),
                 "llc": c.llc,
                 "node": c.node,
                 "cpufreq": None
@@ -66,7 +66,7 @@ def topo_json(t: Topology) -> dict:
                 "name": g.name,
                 "pci": g.pci,
                 "node": g.node,
-                "local_cpus": format_cpulist(g.local_cpus),
+                "local_cpus": cpu_list(g.local_cpus),
                 "minor": g.minor,
                 "source": g.source,
             }
@@ -78,7 +78,7 @@ def topo_json(t: Topology) -> dict:
                 "name": n.name,
                 "pci": n.pci,
                 "node": n.node,
-                "local_cpus": format_cpulist(n.local_cpus),
+                "local_cpus": cpu_list(n.local_cpus),
                 "irqs": list(n.irqs),
             }
             for n in t.nics
@@ -89,8 +89,8 @@ def topo_json(t: Topology) -> dict:
                 "chip": i.chip,
                 "name": i.name,
                 "count": i.count,
-                "affinity": format_cpulist(i.affinity),
-                "effective": format_cpulist(i.effective),
+                "affinity": cpu_list(i.affinity),
+                "effective": cpu_list(i.effective),
                 "node": i.node,
             }
             for i in t.irqs

@@ -8,9 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from hostd.model.cpus import format_cpulist
-
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2  # 2: "schema" (was "format"), CPU sets as lists of numbers
 NORMAL_POLICIES = (0, 3, 5)  # SCHED_OTHER, SCHED_BATCH, SCHED_IDLE (include/uapi/linux/sched.h)
 
 
@@ -101,20 +99,21 @@ class Plan:
         return next(lp for lp in self.layers if lp.name == name)
 
     def to_json(self) -> dict:
-        """A plain, stable dict (CPU sets as cpulist strings); what ``hostd plan --json`` prints."""
+        """A plain, stable dict (CPU and node sets as sorted lists of numbers): what ``hostd plan
+        --json`` prints."""
         return {
-            "format": PLAN_FORMAT,
+            "schema": PLAN_FORMAT,
             "policy": self.policy,
             "policy_sha256": self.policy_sha256,
             "mode": self.mode,
-            "online": format_cpulist(self.online),
-            "pool": format_cpulist(self.pool),
+            "online": sorted(self.online),
+            "pool": sorted(self.pool),
             "layers": [
                 {
                     "name": lp.name,
                     "kind": lp.kind,
-                    "cpus": format_cpulist(lp.cpus),
-                    "mems": format_cpulist(lp.mems),
+                    "cpus": sorted(lp.cpus),
+                    "mems": sorted(lp.mems),
                     "threads": lp.threads,
                     "wanted": lp.wanted,
                     "notes": list(lp.notes),
@@ -128,7 +127,7 @@ class Plan:
                     "pid": tp.pid,
                     "comm": tp.comm,
                     "layer": tp.layer,
-                    "affinity": None if tp.affinity is None else format_cpulist(tp.affinity),
+                    "affinity": None if tp.affinity is None else sorted(tp.affinity),
                     "policy": tp.policy,
                     "priority": tp.priority,
                     "nice": tp.nice,
@@ -143,8 +142,8 @@ class Plan:
                 {
                     "layer": cs.layer,
                     "path": cs.path,
-                    "cpus": format_cpulist(cs.cpus),
-                    "mems": format_cpulist(cs.mems),
+                    "cpus": sorted(cs.cpus),
+                    "mems": sorted(cs.mems),
                 }
                 for cs in self.cpusets
             ],
@@ -152,7 +151,7 @@ class Plan:
                 {
                     "irq": ip.irq,
                     "name": ip.name,
-                    "affinity": format_cpulist(ip.affinity),
+                    "affinity": sorted(ip.affinity),
                     "reason": ip.reason,
                 }
                 for ip in self.irqs

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.agentproc import wait_for
@@ -53,7 +54,12 @@ def test_demo_runs_four_arms_and_restores():
         [*HOSTD, "demo", "--seconds", "2", "--json"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
-    rows = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    schema = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs/json/demo.schema.json").read_text()
+    )
+    jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+    rows = doc["arms"]
     assert [r["arm"] for r in rows] == [
         "alone",
         "contended",

@@ -52,11 +52,11 @@ def test_live_topology_has_two_nodes_and_cgroup_v2_cpusets(host):
 
 def test_hostd_topo_and_plan_read_the_live_vm():
     topo = json.loads(hostd_here("topo", "--json").stdout)
-    assert [(n["id"], n["cpus"]) for n in topo["nodes"]] == [(0, "0-1"), (1, "2-3")]
+    assert [(n["id"], n["cpus"]) for n in topo["nodes"]] == [(0, [0, 1]), (1, [2, 3])]
     assert topo["cgroup"]["mode"] == "v2" and topo["cgroup"]["cpuset"] == "v2"
     assert "cpuset" in topo["cgroup"]["v2_controllers"]
     plan_json = json.loads(hostd_here("plan", "--json").stdout)
-    assert plan_json["online"] == "0-3"
+    assert plan_json["online"] == [0, 1, 2, 3] and plan_json["schema"] == 2
     assert {layer["name"] for layer in plan_json["layers"]} >= {"trainer", "rest"}
 
 

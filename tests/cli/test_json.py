@@ -1,0 +1,102 @@
+"""Every command's --json is one object with a "schema" version, valid against its JSON Schema
+in docs/json/ (the shapes' documentation); CPU sets are lists of numbers everywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jsonschema
+import pytest
+
+from tests.cli.test_cli import FIXTURES, REPO, hostd
+
+SCHEMAS = REPO / "docs" / "json"
+DGX = str(FIXTURES / "dgx-h100")
+
+
+def schema(name: str) -> dict:
+    doc = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(doc)
+    return doc
+
+
+def valid(name: str, *args: str, code: int = 0) -> dict:
+    proc = hostd(*args, "--json", check=False)
+    assert proc.returncode == code, proc.stderr
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, schema(name), cls=jsonschema.Draft202012Validator)
+    assert doc["schema"] == schema(name)["properties"]["schema"]["const"]
+    return doc
+
+
+def test_topo():
+    doc = valid("topo", "topo", "--root", DGX)
+    assert doc["online"] == list(range(64)) and doc["gpus"][0]["local_cpus"]
+
+
+def test_classify_and_explain():
+    doc = valid("classify", "classify", "--root", DGX)
+    assert sum(ly["threads"] for ly in doc["layers"]) == len(doc["threads"])
+    valid("explain", "explain", "4100", "--root", DGX)
+
+
+def test_plan():
+    doc = valid("plan", "plan", "--root", DGX)
+    assert all(isinstance(c, int) for ly in doc["layers"] for c in ly["cpus"])
+
+
+def test_stats_live():
+    valid("stats", "stats", "--interval", "0.2")
+
+
+def test_doctor():
+    doc = valid("doctor", "doctor", "--root", DGX)
+    assert {f["feature"] for f in doc["findings"]}
+
+
+def test_status_where_no_agent_ran(tmp_path):
+    valid("status", "status", "--run-dir", str(tmp_path / "run"), code=3)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hostd restore needs root")
+def test_restore_of_an_empty_journal(tmp_path):
+    doc = valid(
+        "restore", "restore", "--state-dir", str(tmp_path / "s"), "--run-dir", str(tmp_path / "r")
+    )
+    assert doc["results"] == [] and doc["unreadable"] == []
+
+
+def test_every_command_with_json_has_a_schema():
+    import typer.main
+
+    from hostd.cli import app
+    from hostd.cli.manual import _commands, _options
+
+    having = {
+        name.split()[0]
+        for name, cmd in _commands(typer.main.get_command(app))
+        if any("--json" in o.opts for o in _options(cmd))
+    }
+    assert having == {p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json")}
+
+
+def test_the_status_document_of_a_running_agent(tmp_path):
+    """The agent's own status file, after a full pass (an agent on a fixture tree with fake
+    thread calls, as tests/unit/test_agent_parts.py runs it)."""
+    from hostd.agent import Agent
+    from hostd.host import Host
+    from tests.fakes import FakeCalls, host_copy
+
+    tree = host_copy(tmp_path)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.pass_once()
+    finally:
+        agent.journal.close()
+        agent.status.close()
+    doc = json.loads((tmp_path / "r" / "status.json").read_text())
+    doc.update(schema=1, running=True, disabled=False, agent_state="running")
+    jsonschema.validate(doc, schema("status"), cls=jsonschema.Draft202012Validator)
+    assert doc["layers"] and isinstance(doc["layers"][0]["cpus"], list)
