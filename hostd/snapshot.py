@@ -68,6 +68,8 @@ def take(
     topo = read_topology(host)
     pids = descendants(host, scope) if scope is not None else None
     tasks = scan(host, read_fds=policy.needs_fds, pids=pids)
+    if host.live:  # hostd's own process: every command counts the host's threads but these
+        tasks = [t for t in tasks if t.pid != os.getpid()]
     classifier = Classifier(policy)
     classified = classifier.classify_all(tasks)
     return Snapshot(host, policy, topo, tasks, classifier, classified, allow_rt)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hostd.classify import Classified
@@ -210,8 +210,10 @@ def measure(
     interval: float,
     scope: list[int] | None = None,
     top: int = 10,
+    keep: Callable[[Classified], bool] | None = None,
 ) -> Stats:
-    """Classify the host's threads (or ``scope``'s processes and their descendants), sample
+    """Classify the host's threads (or ``scope``'s processes and their descendants, and of
+    those the ones ``keep`` keeps), sample
     their counters, sleep ``interval`` seconds, sample again and compare.
 
     Rates are over the time between the starts of the two sampling passes (each thread is
@@ -226,7 +228,7 @@ def measure(
             raise StatsError(f"process {pid}: no such process")
     snap = take(host, policy, scope)
     own = os.getpid() if host.live else None
-    items = [c for c in snap.classified if c.task.pid != own]
+    items = [c for c in snap.classified if c.task.pid != own and (keep is None or keep(c))]
     tasks = [c.task for c in items]
     start = time.monotonic()
     before = sample(host, tasks)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -67,7 +68,9 @@ class Incremental:
     ) -> None:
         self.topology, self.plan, self.planner = topology, plan, planner
         self.classified = {c.task.tid: c for c in items}
-        self.layer_counts = Counter(c.layer for c in items)
+        # counted as the read-only commands count: every thread but hostd's own
+        me = os.getpid()
+        self.layer_counts = Counter(c.layer for c in items if c.task.pid != me)
 
     def drop(self, tid: int, cached: bool = True) -> Task | None:
         """Forget an exited thread everywhere (``cached``: the cache still holds it)."""

@@ -16,8 +16,12 @@ from hostd.agent import DEFAULT_RUN_DIR, agent_pid, read_status
 from hostd.classify import Classified
 from hostd.cli.common import (
     JsonOpt,
+    LayerOpt,
+    PidOpt,
     PolicyOpt,
     RootOpt,
+    Selection,
+    TidOpt,
     fail,
     out,
     print_json,
@@ -51,22 +55,17 @@ def _row(item: Classified) -> dict:
 def classify(
     policy: str = PolicyOpt,
     root: str = RootOpt,
-    pid: list[int] = typer.Option([], "--pid", help="Only threads of this process (repeatable)."),
-    layer: list[str] = typer.Option([], "--layer", "-l", help="Only this layer (repeatable)."),
+    pid: list[int] = PidOpt,
+    tid: list[int] = TidOpt,
+    layer: list[str] = LayerOpt,
     members: bool = typer.Option(False, "--members", "-m", help="List each thread."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Sort every thread into the policy's layers: counts per layer, or each member."""
     snap = snapshot(policy, root)
     known = [ly.name for ly in snap.policy.layers]
-    for name in layer:
-        if name not in known:
-            fail(f"--layer {name!r}: expected one of {', '.join(known)}")
-    items = [
-        c
-        for c in snap.classified
-        if (not pid or c.task.pid in pid) and (not layer or c.layer in layer)
-    ]
+    chosen = Selection(snap.host, snap.policy, pid, tid, layer)
+    items = [c for c in snap.classified if chosen(c.task.pid, c.task.tid, c.layer)]
     if as_json:
         counts = Counter(c.layer for c in items)
         print_json(

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hostd.host import Host
+from hostd.host import Host, paths
 from hostd.policy import Policy, PolicyError, load_default, load_policy
 from hostd.snapshot import Snapshot, take
+from hostd.tasks import descendants
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_PARTIAL = 0, 1, 2, 3
 
@@ -31,6 +32,13 @@ RootOpt = typer.Option(
     "/", "--root", help="Read /proc and /sys below this folder (a captured fixture tree)."
 )
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of tables.")
+# Which threads a command shows, the same on every command that shows threads (classify, stats,
+# plan): every thread on the host but hostd's own, or those these options choose.
+PidOpt = typer.Option(
+    [], "--pid", help="Only this process and its descendants' threads (repeatable)."
+)
+TidOpt = typer.Option([], "--tid", help="Only this thread (repeatable).")
+LayerOpt = typer.Option([], "--layer", "-l", help="Only this layer's threads (repeatable).")
 
 # A terminal gets tables sized to it; piped output (scripts, grep, less) gets each table as
 # tab-separated lines, like ps(1) or `kubectl -o wide` (``show``), and long lines unwrapped.
@@ -101,3 +109,28 @@ def snapshot(policy_path: str | None, root: str, scope: list[int] | None = None)
     """Load the policy and the host (exiting 2 on bad input), then take one snapshot."""
     policy = get_policy(policy_path)
     return take(get_host(root), policy, scope or None)
+
+
+class Selection:
+    """The threads ``--pid``, ``--tid`` and ``--layer`` choose (all of them, when none is
+    given); a layer the policy does not have, or a process that does not exist, is bad input."""
+
+    def __init__(
+        self, host: Host, policy: Policy, pid: list[int], tid: list[int], layer: list[str]
+    ):
+        known = [ly.name for ly in policy.layers]
+        for name in layer:
+            if name not in known:
+                fail(f"--layer {name!r}: expected one of {', '.join(known)}")
+        for p in pid:
+            if p <= 0 or not host.exists(paths.proc(p, "task")):
+                fail(f"--pid {p}: no such process")
+        self.pids = set(descendants(host, pid)) if pid else None
+        self.tids, self.layers = set(tid), set(layer)
+
+    def __call__(self, pid: int, tid: int, layer: str) -> bool:
+        return (
+            (self.pids is None or pid in self.pids)
+            and (not self.tids or tid in self.tids)
+            and (not self.layers or layer in self.layers)
+        )

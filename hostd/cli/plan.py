@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import Counter
 
@@ -13,7 +14,20 @@ from rich.table import Table
 
 from hostd.agent.lock import agent_pid
 from hostd.agent.status import read_status
-from hostd.cli.common import JsonOpt, PolicyOpt, RootOpt, err, out, print_json, show, snapshot
+from hostd.cli.common import (
+    JsonOpt,
+    LayerOpt,
+    PidOpt,
+    PolicyOpt,
+    RootOpt,
+    Selection,
+    TidOpt,
+    err,
+    out,
+    print_json,
+    show,
+    snapshot,
+)
 from hostd.host import Host
 from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
 from hostd.model.cpus import format_cpulist
@@ -25,6 +39,9 @@ def plan(
     policy: str = PolicyOpt,
     root: str = RootOpt,
     tasks: bool = typer.Option(False, "--tasks", "-t", help="List every thread decision."),
+    pid: list[int] = PidOpt,
+    tid: list[int] = TidOpt,
+    layer: list[str] = LayerOpt,
     scope_pid: list[int] = typer.Option(
         [], "--scope-pid", help="Plan only for this process and its descendants (as run does)."
     ),
@@ -43,12 +60,18 @@ def plan(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run)."""
+    """Plan CPUs per layer, thread placement and sched, IRQs, governors and NUMA (dry run).
+
+    The plan is the host's (or --scope-pid's, as run makes it); --pid, --tid and --layer choose
+    which of its thread decisions are counted and listed."""
     snap = snapshot(policy, root, scope_pid)
+    chosen = Selection(snap.host, snap.policy, pid, tid, layer)
     if snap.host.live:
         snap.base_affinity = journal_base(snap.host, state_dir)
         snap.demoted_sessions, snap.runaways = watch_state(run_dir)
     p = snap.plan()
+    if pid or tid or layer:
+        p = dataclasses.replace(p, tasks=tuple(t for t in p.tasks if chosen(t.pid, t.tid, t.layer)))
     if as_json:
         print_json(p.to_json(), schema=PLAN_FORMAT)
         return

@@ -15,8 +15,12 @@ from rich.table import Table
 from hostd.cli.common import (
     EXIT_FAILURE,
     JsonOpt,
+    LayerOpt,
+    PidOpt,
     PolicyOpt,
     RootOpt,
+    Selection,
+    TidOpt,
     fail,
     get_host,
     get_policy,
@@ -31,9 +35,9 @@ def stats(
     interval: float = typer.Option(
         5.0, "--interval", "-i", help="Seconds between the two samples."
     ),
-    pid: list[int] = typer.Option(
-        [], "--pid", help="Only this process and its descendants (repeatable)."
-    ),
+    pid: list[int] = PidOpt,
+    tid: list[int] = TidOpt,
+    layer: list[str] = LayerOpt,
     top: int = typer.Option(10, "--top", "-n", help="How many of the most-waiting threads."),
     as_json: bool = JsonOpt,
     policy: str = PolicyOpt,
@@ -46,8 +50,12 @@ def stats(
         fail(f"--top {top}: expected 0 or more")
     pol = get_policy(policy)
     host = get_host(root)
+    chosen = Selection(host, pol, pid, tid, layer)
     try:
-        result = measure(host, pol, interval, scope=pid or None, top=top)
+        result = measure(
+            host, pol, interval, scope=pid or None, top=top,
+            keep=lambda c: chosen(c.task.pid, c.task.tid, c.layer),
+        )  # fmt: skip
     except StatsError as exc:
         fail(str(exc))
     except Unavailable as exc:

@@ -69,7 +69,8 @@ def test_classify_explain_and_plan_a_live_training_job():
         rank = str(job.ranks[0])
         data = json.loads(hostd("classify", "--json", "--pid", rank).stdout)
         comms = {t["comm"]: t["layer"] for t in data["threads"]}
-        assert {t["pid"] for t in data["threads"]} == {job.ranks[0]}
+        pids = {t["pid"] for t in data["threads"]}  # the rank and its descendants
+        assert job.ranks[0] in pids and job.launcher not in pids and pids <= set(job.pids)
         expected_rt = os.geteuid() == 0
         assert comms["gloo_tcp_loop"] == ("comms" if expected_rt else "rest")
         text = hostd("explain", rank).stdout
@@ -220,3 +221,40 @@ def test_piped_tables_are_tab_separated_lines():
     assert sum(layers.values()) == int(title.split()[-2])
     topo = hostd("topo", "--root", str(FIXTURES / "dgx-h100")).stdout
     assert "# NUMA nodes\nnode\tCPUs\t" in topo
+
+
+def test_classify_stats_and_plan_count_the_same_threads():
+    """On a fixture host (no thread comes or goes): the same threads, the same layers, whichever
+    command shows them, and --pid, --tid, --layer choose alike."""
+    root = str(FIXTURES / "dgx-h100")
+    classified = json.loads(hostd("classify", "--json", "--root", root).stdout)
+    per_layer = {ly["name"]: ly["threads"] for ly in classified["layers"]}
+    assert sum(per_layer.values()) == len(classified["threads"])
+    # the plan counts the threads it decides for: all but kernel threads (left alone unless a
+    # layer says is_kthread = true)
+    from hostd.host import Host
+    from hostd.policy import load_default
+    from hostd.snapshot import take
+
+    snap = take(Host(root), load_default())
+    assert {c.task.tid for c in snap.classified} == {t["tid"] for t in classified["threads"]}
+    user = {}
+    for c in snap.classified:
+        user[c.layer] = user.get(c.layer, 0) + (not c.task.is_kthread)
+    plan = json.loads(hostd("plan", "--json", "--root", root).stdout)
+    assert {ly["name"]: ly["threads"] for ly in plan["layers"]} == user
+    chosen = json.loads(
+        hostd("classify", "--json", "--root", root, "--pid", "4000", "--layer", "trainer").stdout
+    )
+    tids = {t["tid"] for t in chosen["threads"]}
+    assert tids and all(t["layer"] == "trainer" for t in chosen["threads"])
+    # the launcher's descendants: its ranks' threads, not the launcher's own
+    assert 4100 in tids and 4000 not in tids
+    shown = json.loads(
+        hostd("plan", "--json", "--root", root, "--pid", "4000", "--layer", "trainer").stdout
+    )
+    assert {t["tid"] for t in shown["tasks"]} <= tids
+    one = json.loads(hostd("classify", "--json", "--root", root, "--tid", "4101").stdout)
+    assert [t["tid"] for t in one["threads"]] == [4101]
+    bad = hostd("stats", "--root", root, "--pid", "999999", check=False)
+    assert bad.returncode == 2 and "--pid 999999: no such process" in bad.stderr

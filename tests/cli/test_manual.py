@@ -67,3 +67,11 @@ def test_readme_says_which_commands_take_policy_and_root():
             if any(option in opt.opts for opt in _options(cmd))
         }
         assert listed == having, (option, listed ^ having)
+
+
+def test_the_commands_that_show_threads_choose_them_alike():
+    for name in ("classify", "stats", "plan"):
+        opts = {o for opt in _options(COMMANDS[name]) for o in opt.opts}
+        assert {"--pid", "--tid", "--layer"} <= opts, name
+        helps = {opt.opts[0]: opt.help for opt in _options(COMMANDS[name])}
+        assert helps["--pid"] == "Only this process and its descendants' threads (repeatable)."
