@@ -105,10 +105,21 @@ def get_host(root: str) -> Host:
     return Host(root)
 
 
+def say_unprivileged(host: Host) -> None:
+    """Once, on stderr: what an ordinary user's view of the live host lacks."""
+    if host.live and os.geteuid() != 0:
+        sys.stderr.write(
+            f"hostd: as uid {os.geteuid()}, other users' processes show no environment, GPU "
+            "files or system calls: their jobs and GPU use may be missed (root sees them all)\n"
+        )
+
+
 def snapshot(policy_path: str | None, root: str, scope: list[int] | None = None) -> Snapshot:
     """Load the policy and the host (exiting 2 on bad input), then take one snapshot."""
     policy = get_policy(policy_path)
-    return take(get_host(root), policy, scope or None)
+    host = get_host(root)
+    say_unprivileged(host)
+    return take(host, policy, scope or None)
 
 
 class Selection:

@@ -26,6 +26,7 @@ from hostd.cli.common import (
     get_policy,
     out,
     print_json,
+    say_unprivileged,
     show,
 )
 from hostd.stats import StatsError, Unavailable, measure
@@ -50,6 +51,7 @@ def stats(
         fail(f"--top {top}: expected 0 or more")
     pol = get_policy(policy)
     host = get_host(root)
+    say_unprivileged(host)
     chosen = Selection(host, pol, pid, tid, layer)
     try:
         result = measure(

@@ -118,6 +118,9 @@ def test_every_read_only_command_works_for_an_ordinary_user(tmp_path, args, code
     assert out.returncode == code, out.stdout + out.stderr
     assert out.stdout.strip(), out.stderr
     assert "Traceback" not in out.stdout + out.stderr
+    if args[0] in ("classify", "explain", "plan", "stats"):  # what it cannot see: said once
+        said = [ln for ln in out.stderr.splitlines() if "as uid 65534" in ln]
+        assert len(said) == 1, out.stderr
 
 
 def test_one_agent_per_host_whatever_its_folders(tmp_path):
