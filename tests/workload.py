@@ -179,3 +179,24 @@ class TrainingJob:
         while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in self.pids):
             time.sleep(0.01)
         self._proc = None
+
+
+# A process whose one unnamed thread first waits on a lock, then, after a line on its stdin, sits
+# in poll(2) as NCCL's proxy service thread does once started (tests of ``activity``). It says
+# "ready" when the thread exists.
+SETTLES_INTO_POLL = r"""
+import select, socket, sys, threading, time
+a, b = socket.socketpair()
+go = threading.Event()
+def service():
+    go.wait()
+    p = select.poll()
+    p.register(a, select.POLLIN)
+    while True:
+        p.poll(500)
+threading.Thread(target=service, daemon=True).start()
+sys.stdout.write("ready\n"); sys.stdout.flush()
+sys.stdin.readline()
+go.set()
+time.sleep(120)
+"""

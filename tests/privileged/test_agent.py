@@ -21,7 +21,7 @@ import pytest
 
 from tests import agentproc
 from tests.agentproc import wait_for
-from tests.workload import TrainingJob
+from tests.workload import SETTLES_INTO_POLL, TrainingJob
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = REPO / "tests" / "privileged" / "policy.toml"
@@ -531,23 +531,6 @@ def test_polling_fallback_places_new_threads_and_says_so(tmp_path):
         assert {t: after["threads"][t] for t in before["threads"]} == before["threads"]
 
 
-_SETTLES = r"""
-import select, socket, sys, threading, time
-a, b = socket.socketpair()
-go = threading.Event()
-def service():  # like NCCL's proxy service: starts, then sits in poll(2)
-    go.wait()
-    p = select.poll()
-    p.register(a, select.POLLIN)
-    while True:
-        p.poll(500)
-threading.Thread(target=service, daemon=True).start()
-sys.stdout.write("ready\n"); sys.stdout.flush()
-sys.stdin.readline()
-go.set()
-time.sleep(120)
-"""
-
 _ACTIVITY_POLICY = """
 version = 1
 name = "activity"
@@ -573,7 +556,7 @@ def test_an_unnamed_thread_that_settles_into_poll_moves_without_a_full_pass(tmp_
     policy.write_text(_ACTIVITY_POLICY)
     env = {"PATH": "/usr/bin:/bin", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost"}
     job = subprocess.Popen(
-        [sys.executable, "-c", _SETTLES], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, "-c", SETTLES_INTO_POLL], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True, env=env, start_new_session=True,
     )  # fmt: skip
     agent = None

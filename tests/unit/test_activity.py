@@ -9,7 +9,6 @@ import select
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -19,6 +18,7 @@ from hostd.host import Host
 from hostd.host.parsers import parse_io_writes, parse_syscall
 from hostd.model.tasks import ACTIVITIES, activity_of
 from hostd.tasks import TaskCache
+from tests.workload import SETTLES_INTO_POLL
 
 
 @pytest.mark.parametrize(
@@ -145,33 +145,13 @@ def test_real_threads_of_this_process():
         b.close()
 
 
-JOB = textwrap.dedent(
-    """
-    import select, socket, sys, threading, time
-    a, b = socket.socketpair()
-    go = threading.Event()
-    def service():  # starts busy, then sits in poll(2) as NCCL's proxy service does
-        go.wait()
-        p = select.poll()
-        p.register(a, select.POLLIN)
-        while True:
-            p.poll(500)
-    threading.Thread(target=service, daemon=True).start()
-    sys.stdout.write("ready\\n"); sys.stdout.flush()
-    sys.stdin.readline()
-    go.set()
-    time.sleep(60)
-    """
-)
-
-
 def test_the_cache_looks_again_until_a_thread_settles():
     """A rank's unnamed thread first waits, then settles into poll(2): ``relook`` finds the
     change, hands the thread back once, and then leaves it be."""
     env = {"PATH": "/usr/bin:/bin", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "localhost"}
     child = subprocess.Popen(
-        [sys.executable, "-c", JOB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-        text=True,
+        [sys.executable, "-c", SETTLES_INTO_POLL], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, env=env, text=True,
     )  # fmt: skip
     try:
         assert child.stdout is not None and child.stdin is not None
