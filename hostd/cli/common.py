@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hostd.host import Host, paths
-from hostd.policy import Policy, PolicyError, load_default, load_policy
+from hostd.policy import Policy, PolicyError, did_you_mean, load_default, load_policy
 from hostd.snapshot import Snapshot, take
 from hostd.tasks import descendants
 
@@ -132,7 +132,9 @@ class Selection:
         known = [ly.name for ly in policy.layers]
         for name in layer:
             if name not in known:
-                fail(f"--layer {name!r}: expected one of {', '.join(known)}")
+                hint = did_you_mean(name, known)
+                hint = f" (did you mean {hint}?)" if hint else ""
+                fail(f"--layer {name!r}: expected one of {', '.join(known)}{hint}")
         for p in pid:
             if p <= 0 or not host.exists(paths.proc(p, "task")):
                 fail(f"--pid {p}: no such process")

@@ -102,6 +102,8 @@ def test_classify_unknown_layer_is_bad_input():
     proc = hostd("classify", "--layer", "nope", check=False)
     assert proc.returncode == 2
     assert "--layer 'nope'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    typo = hostd("stats", "--layer", "trainr", "--interval", "0.1", check=False)
+    assert typo.returncode == 2 and '(did you mean "trainer"?)' in typo.stderr
 
 
 def test_explain_unknown_thread_is_bad_input():
