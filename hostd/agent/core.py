@@ -22,6 +22,7 @@ from hostd.agent import loop
 from hostd.agent.events import Batch
 from hostd.agent.incremental import Incremental
 from hostd.agent.lock import AgentError
+from hostd.agent.metrics import Exporter
 from hostd.agent.sources import Sources
 from hostd.agent.status import StatusFile, document
 from hostd.agent.watch import WatchLoop
@@ -83,6 +84,7 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
         self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)
+        self.exporter = Exporter(self)
 
     @property
     def mode(self) -> str:

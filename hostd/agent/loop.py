@@ -58,6 +58,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         if once:
             return agent.pass_once("once")
         agent.sources.open(agent.host, agent.policy)
+        agent.exporter.start()
         full(agent, "start")
         while not agent.sources.stop:
             try:
@@ -68,6 +69,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
                 full(agent, "recovery")
         return PassReport()  # what the loop did is in the log and status.json
     finally:
+        agent.exporter.stop()
         agent.sources.close()
         hold_cstate(agent, False)
         finish(agent)

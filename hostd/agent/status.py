@@ -74,6 +74,11 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
         "unchangeable": sorted(agent.unchangeable),
         "preempt": agent.watcher.status(),
         "self": own_cost(),
+        "metrics": (
+            f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
+            if agent.exporter.address
+            else None
+        ),
         "capabilities": {
             "rt": agent.caps.rt,
             "cpuset": agent.caps.cpuset,

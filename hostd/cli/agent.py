@@ -278,6 +278,8 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     source = st.get("source") or {}
     if source:
         out.print(f"source {source.get('kind')}: {source.get('detail')}")
+    if st.get("metrics"):
+        out.print(f"metrics: {st['metrics']}")
     own = st.get("self") or {}
     if own:
         out.print(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import ipaddress
 import json
 import math
 import os
@@ -244,6 +245,15 @@ class Guard:
 
 
 @dataclass(frozen=True, slots=True)
+class Metrics:
+    """``[metrics]``: the agent's Prometheus exporter (hostd/agent/metrics.py)."""
+
+    enabled: bool = True
+    address: str = "127.0.0.1"  # localhost by default: a DaemonSet sets HOSTD_METRICS_ADDRESS
+    port: int = 9464  # 0: any free port (the status file says which)
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     source: str  # the file path, or "<embedded training.toml>"
     sha256: str
@@ -262,6 +272,7 @@ class Policy:
     pool_min: CpuAmount | None = None  # CPUs always left to the shared pool (None: 25%, >= 2)
     preempt: Preempt = field(default_factory=Preempt)  # [preempt]
     guard: Guard = field(default_factory=Guard)  # [guard]
+    metrics: Metrics = field(default_factory=Metrics)  # [metrics]
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -735,7 +746,7 @@ class _Checker:
             "",
             (
                 "version", "name", "description", "pool_min", "agent", "preempt", "guard",
-                "layer",
+                "metrics", "layer",
             ),
         )  # fmt: skip
         if "version" not in data:
@@ -801,6 +812,7 @@ class _Checker:
             )
         preempt = self.attempt(self.preempt_table, data.get("preempt", {}))
         guard = self.attempt(self.guard_table, data.get("guard", {}))
+        metrics = self.attempt(self.metrics_table, data.get("metrics", {}))
         pool_min = None
         if "pool_min" in data:
             pool_min = self.attempt(self.cpu_amount, data["pool_min"], "pool_min")
@@ -811,6 +823,7 @@ class _Checker:
         if self.errors:
             raise PolicyError.all_of(self.errors)
         assert agent is not None and preempt is not None and guard is not None
+        assert metrics is not None
         mode, restore_on_exit, interval, source, rescan, agent_nice, latency = agent
         return Policy(
             source=self.source,
@@ -829,8 +842,25 @@ class _Checker:
             pool_min=pool_min,
             preempt=preempt,
             guard=guard,
+            metrics=metrics,
             warnings=tuple(self.warnings),
         )
+
+    def metrics_table(self, value: object) -> Metrics:
+        data = self.table(value, "metrics", ("enabled", "address", "port"))
+        d = Metrics()
+        address = data.get("address", d.address)
+        try:
+            ipaddress.ip_address(address)
+        except (TypeError, ValueError):
+            self.errors.append(
+                self.fail(
+                    "metrics.address", address, 'an IP address to listen on, e.g. "127.0.0.1"'
+                )
+            )
+        enabled = self.attempt(self.boolean, data.get("enabled", d.enabled), "metrics.enabled")
+        port = self.attempt(self.integer, data.get("port", d.port), "metrics.port", 0, 65535)
+        return Metrics(enabled=bool(enabled), address=str(address), port=port or 0)
 
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(

@@ -25,7 +25,7 @@ from tests.packaging.conftest import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.packaging]
 
-DEPENDENCIES = ("psutil", "nvidia_ml_py", "pyudev", "typer", "rich")
+DEPENDENCIES = ("psutil", "nvidia_ml_py", "pyudev", "typer", "rich", "prometheus_client")
 
 
 def dpkg_deb(*args: str) -> str:

@@ -1,0 +1,155 @@
+"""The agent's Prometheus exporter: what ``hostd status`` says, as metrics, over HTTP.
+
+``Exporter(agent).start()`` serves ``/metrics`` with prometheus_client on the policy's
+``[metrics]`` address and port (localhost:9464 by default; ``HOSTD_METRICS_ADDRESS`` and
+``HOSTD_METRICS_PORT`` override them, as the DaemonSet does to be scraped on the pod's IP). A
+scrape reads the agent's last status document (``StatusFile.last``, replaced whole each time the
+agent writes it, at most once a second): the HTTP thread never touches the agent's live state,
+and a scrape costs no read of /proc.
+
+Metric names follow Prometheus' conventions (``hostd_`` prefix, base units, ``_total`` for
+counters); README "Metrics" lists them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import start_http_server
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+
+if TYPE_CHECKING:
+    from hostd.agent.core import Agent
+
+log = logging.getLogger("hostd")
+# The outcomes of a knob write (hostd.reconcile), which the agent counts.
+OUTCOMES = ("applied", "skipped", "restored", "gone", "not-permitted", "unchangeable", "error")
+
+
+class Collector:
+    """Metric families from the agent's last status document."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def describe(self) -> list[Metric]:
+        return []  # no registration-time scrape: the families depend on the policy
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.agent.status.last
+        info = InfoMetricFamily("hostd", "The agent: version, policy, mode and state.")
+        info.add_metric(
+            [],
+            {
+                "version": str(st.get("version", "")),
+                "policy": str((st.get("policy") or {}).get("name", "")),
+                "mode": str(st.get("mode", "")),
+                "state": str(st.get("state", "starting")),
+            },
+        )
+        yield info
+        threads = GaugeMetricFamily(
+            "hostd_layer_threads", "Threads in each layer (hostd's own left out).", labels=["layer"]
+        )
+        cpus = GaugeMetricFamily(
+            "hostd_layer_cpus",
+            "CPUs a layer has of its own (0: the shared pool).",
+            labels=["layer"],
+        )
+        for layer in st.get("layers") or ():
+            threads.add_metric([layer["name"]], layer["threads"])
+            cpus.add_metric([layer["name"]], len(layer["cpus"]))
+        yield threads
+        yield cpus
+        events = st.get("events") or {}
+        passes = CounterMetricFamily(
+            "hostd_passes", "Passes of the agent by kind: full (every thread) or event.",
+            labels=["kind"],
+        )  # fmt: skip
+        passes.add_metric(["full"], events.get("full_passes", 0))
+        passes.add_metric(["event"], events.get("event_passes", 0))
+        yield passes
+        actions = CounterMetricFamily(
+            "hostd_actions", "Knob writes by outcome (applied, restored, gone, ...).",
+            labels=["outcome"],
+        )  # fmt: skip
+        for outcome in OUTCOMES:
+            actions.add_metric([outcome], events.get(outcome, 0))
+        yield actions
+        for name, key, doc in (
+            ("hostd_events", "events", "Thread events from the proc connector."),
+            ("hostd_event_overflows", "overflows", "Event buffer overflows (each a full pass)."),
+            ("hostd_device_events", "device_events", "Device events (each a full pass)."),
+            ("hostd_relooked_threads", "relooked", "Unnamed job threads moved by what they do."),
+        ):
+            yield CounterMetricFamily(name, doc, value=events.get(key, 0))
+        last = st.get("last_pass") or {}
+        yield GaugeMetricFamily(
+            "hostd_full_pass_seconds", "How long the last full pass took.",
+            value=last.get("seconds", 0.0),
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "hostd_journal_records", "Original values the journal holds (to restore).",
+            value=(st.get("journal") or {}).get("records", 0),
+        )  # fmt: skip
+        pre = st.get("preempt") or {}
+        yield GaugeMetricFamily(
+            "hostd_demoted_sessions", "Busy sessions demoted while a protected layer runs.",
+            value=len(pre.get("demoted") or ()),
+        )  # fmt: skip
+        counts = pre.get("counts") or {}
+        for name, key, doc in (
+            ("hostd_demotions", "demotions", "Sessions demoted."),
+            ("hostd_demotion_releases", "releases", "Demoted sessions released."),
+            ("hostd_guard_boosts", "boosts", "Starvation-guard boosts."),
+            ("hostd_guard_runaways", "runaways", "Real-time threads returned to normal."),
+        ):
+            yield CounterMetricFamily(name, doc, value=counts.get(key, 0))
+        own = st.get("self") or {}
+        yield CounterMetricFamily(
+            "hostd_agent_cpu_seconds", "CPU time the agent itself used.",
+            value=own.get("cpu_seconds", 0.0),
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "hostd_agent_resident_memory_bytes", "The agent's resident memory.",
+            value=own.get("rss_bytes", 0),
+        )  # fmt: skip
+
+
+class Exporter:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.server = None
+        self.address: tuple[str, int] | None = None
+
+    def start(self) -> None:
+        conf = self.agent.policy.metrics
+        address = os.environ.get("HOSTD_METRICS_ADDRESS") or conf.address
+        port = int(os.environ.get("HOSTD_METRICS_PORT") or conf.port)
+        if not conf.enabled:
+            return
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(Collector(self.agent))  # type: ignore[arg-type]
+        try:
+            self.server, _thread = start_http_server(port, address, registry)
+        except OSError as exc:
+            log.warning("metrics: cannot listen on %s:%d (%s): no exporter", address, port,
+                        exc.strerror)  # fmt: skip
+            return
+        self.address = (address, self.server.server_address[1])
+        log.info("metrics http://%s:%d/metrics", *self.address)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,77 @@
+"""The agent's Prometheus exporter: scraped over HTTP, it says what the status file says."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hostd.agent import Agent
+from hostd.host import Host
+from hostd.policy import PolicyError, parse_policy
+from tests.fakes import FakeCalls, host_copy
+
+POLICY = """version = 1
+[metrics]
+address = "127.0.0.1"
+port = 0
+[[layer]]
+name = "trainer"
+comment = "the ranks"
+match = [[{ job_role = "rank" }]]
+[[layer]]
+name = "rest"
+comment = "the rest"
+match = [[]]
+"""
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_a_scrape_says_what_the_status_says(tmp_path):
+    tree = host_copy(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe", allow_insecure_policy=True)  # fmt: skip
+    agent.exporter.start()
+    try:
+        assert agent.exporter.address and agent.exporter.address[1] > 0  # port 0: a free one
+        agent.pass_once()
+        st = agent.status.last
+        assert st["metrics"] == f"http://127.0.0.1:{agent.exporter.address[1]}/metrics"
+        got = scrape(st["metrics"])
+        for layer in st["layers"]:
+            assert got[("hostd_layer_threads", (("layer", layer["name"]),))] == layer["threads"]
+        assert got[("hostd_layer_threads", (("layer", "trainer"),))] > 0
+        assert got[("hostd_passes_total", (("kind", "full"),))] == 1
+        info = next(k for k in got if k[0] == "hostd_info")
+        assert dict(info[1])["policy"] == "policy" and dict(info[1])["mode"] == "observe"
+        assert got[("hostd_agent_resident_memory_bytes", ())] > 0
+    finally:
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
+    with pytest.raises(OSError):
+        scrape(st["metrics"])  # stopped: nothing listens
+
+
+def test_the_metrics_table_is_validated():
+    bad = POLICY.replace("port = 0", "port = 70000").replace('"127.0.0.1"', '"localhost"')
+    with pytest.raises(PolicyError) as info:
+        parse_policy(bad.encode(), "m.toml")
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("m.toml:3:1: metrics.address: 'localhost': expected an IP address")
+    assert lines[1].startswith("m.toml:4:1: metrics.port: 70000: expected an integer from 0")
+    off = parse_policy(POLICY.replace("port = 0", "enabled = false").encode(), "m.toml")
+    assert off.metrics.enabled is False and off.metrics.port == 9464
