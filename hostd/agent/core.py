@@ -142,6 +142,7 @@ class Agent:
         elapsed = time.monotonic() - started
         self.full_cost, self.last_full = elapsed, time.monotonic()
         self.counters["full_passes"] += 1
+        self.counters.update(r.outcome for r in report.results)
         loop.log_pass(self, report, elapsed, reason)
         self.write_status(report, elapsed, state="running")
         return report
