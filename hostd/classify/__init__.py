@@ -128,12 +128,16 @@ class Classifier:
         """Every task with its layer and the index of the AND-group that matched.
 
         Threads of one process that agree on everything a predicate can see of a thread (comm,
-        credentials, nice, leadership) share one decision: at 100k threads most are such twins.
+        credentials, nice, leadership, what it does) share one decision: at 100k threads most
+        are such twins.
         """
         out = []
         seen: dict[tuple, tuple[str, int]] = {}
         for task in tasks:
-            key = (id(task.process), task.comm, task.uid, task.gid, task.nice, task.is_leader)
+            key = (
+                id(task.process), task.comm, task.uid, task.gid, task.nice, task.is_leader,
+                task.activity,
+            )  # fmt: skip
             hit = seen.get(key)
             if hit is None:
                 layer, group = self.matched_group(task)

@@ -823,3 +823,16 @@ def test_classify_always_returns_the_layer_explain_names(task: Task, which: int)
     assert all(not r.matched for r in earlier)
     assert all(g.failed is not None for r in earlier for g in r.groups)
     assert explanation.lines()[-1] == f"layer {layer.name!r}: MATCHED by group {explanation.group}"
+
+
+def test_twins_that_do_different_things_are_classified_apart() -> None:
+    """classify_all shares a decision between threads of a process that look alike to every
+    predicate: two unnamed threads of a rank that do different things are no twins."""
+    classifier = Classifier(load_default())
+    rank_proc = rank(leader=False, uid=1000, gpu_devices=CUDA_FDS).process
+    polls = make_task(pid=rank_proc.pid, tid=rank_proc.pid + 1, leader=False, activity="polls")
+    waits = make_task(pid=rank_proc.pid, tid=rank_proc.pid + 2, leader=False, activity="waits")
+    polls.process = waits.process = rank_proc
+    polls.uid = waits.uid = 1000
+    got = [c.layer for c in classifier.classify_all([polls, waits])]
+    assert got == ["comms", "trainer"]
