@@ -3,7 +3,9 @@
 ``Classifier(policy)`` compiles each layer's OR-of-AND predicates into plain Python tests once;
 ``classify(task)`` returns the first matching layer (the last layer always matches) and
 ``explain(task)`` says which AND-group of which layer matched and, for every earlier layer, the
-first predicate of each group that failed, with the thread's actual value. Pure: it reads only
+first predicate of each group that failed, with the thread's actual value. A thread whose job
+refuses protection (``HOSTD_PROTECT=0``, or says nothing under ``[jobs] protect = false``)
+skips the layers that protect (``hostd.policy.elevation``). Pure: it reads only
 the ``Task`` values from ``hostd.tasks``. Called by the planner's callers and the CLI.
 """
 
@@ -13,9 +15,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from hostd.model.jobs import protect_choice
 from hostd.model.predicates import PREDICATES
 from hostd.model.tasks import Task
-from hostd.policy import Layer, Policy, Predicate
+from hostd.policy import Layer, Policy, Predicate, elevation
 
 Test = Callable[[Task], bool]
 
@@ -81,6 +84,7 @@ class LayerResult:
     layer: str
     matched: bool
     groups: tuple[GroupResult, ...]
+    skipped: str = ""  # why the layer was not tried (its job does not want protection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,9 @@ class Explanation:
     def lines(self) -> list[str]:
         out = []
         for res in self.layers:
+            if res.skipped:
+                out.append(f"layer {res.layer!r}: skipped: {res.skipped}")
+                continue
             if res.matched:
                 group = next(g for g in res.groups if g.matched)
                 out.append(f"layer {res.layer!r}: MATCHED by group {group.index}")
@@ -116,13 +123,25 @@ class Classifier:
             (layer, [[(p, _compile(p)) for p in group] for group in layer.match])
             for layer in policy.layers
         ]
+        # Layers that protect (real-time, a negative nice, a heavier session, preemption): a
+        # job that refuses protection (HOSTD_PROTECT=0), or says nothing under [jobs]
+        # protect = false, is not placed in them.
+        self._protects = frozenset(ly.name for ly in policy.layers if elevation(ly))
+
+    def unwanted(self, task: Task) -> str:
+        """Why the thread's job does not get protected layers ("" where it does)."""
+        job = task.process.job
+        if job is None:
+            return ""
+        choice = protect_choice(task.process.env)
+        if choice is False:
+            return "its job refuses protection (HOSTD_PROTECT)"
+        if choice is None and not self.policy.jobs_protect:
+            return "its job did not ask for protection ([jobs] protect = false; HOSTD_PROTECT=1)"
+        return ""
 
     def classify(self, task: Task) -> Layer:
-        for layer, groups in self._layers:
-            for group in groups:
-                if all(test(task) for _, test in group):
-                    return layer
-        return self.policy.layers[-1]  # unreachable: the validator requires a catch-all
+        return self.matched_group(task)[0]
 
     def classify_all(self, tasks: Iterable[Task]) -> list[Classified]:
         """Every task with its layer and the index of the AND-group that matched.
@@ -146,7 +165,10 @@ class Classifier:
         return out
 
     def matched_group(self, task: Task) -> tuple[Layer, int]:
+        refused = self._protects and self.unwanted(task)
         for layer, groups in self._layers:
+            if refused and layer.name in self._protects:
+                continue
             for index, group in enumerate(groups):
                 if all(test(task) for _, test in group):
                     return layer, index
@@ -154,7 +176,11 @@ class Classifier:
 
     def explain(self, task: Task) -> Explanation:
         results: list[LayerResult] = []
+        refused = self._protects and self.unwanted(task)
         for layer, groups in self._layers:
+            if refused and layer.name in self._protects:
+                results.append(LayerResult(layer.name, False, (), skipped=refused))
+                continue
             group_results = []
             for index, group in enumerate(groups):
                 failed = next(((p, t) for p, t in group if not t(task)), None)

@@ -48,7 +48,22 @@ JOB_VARS = (
     "SLURM_PROCID",
     "SLURM_RESTART_COUNT",
     "NCCL_SET_THREAD_NAME",
+    "HOSTD_PROTECT",
 )
+# HOSTD_PROTECT in a job's environment: whether it wants hostd's protection (README "Jobs").
+PROTECT_YES, PROTECT_NO = ("1", "on", "yes", "true"), ("0", "off", "no", "false")
+
+
+def protect_choice(env: tuple[tuple[str, str], ...]) -> bool | None:
+    """What a process's HOSTD_PROTECT says: True (wants protection), False (refuses it) or None
+    (says nothing, or something else)."""
+    for key, value in env:
+        if key == "HOSTD_PROTECT":
+            value = value.strip().lower()
+            return True if value in PROTECT_YES else False if value in PROTECT_NO else None
+    return None
+
+
 ROLES = ("launcher", "rank", "data", "compile", "helper", "other")
 
 _LAUNCHER_COMMS = {

@@ -273,6 +273,8 @@ class Policy:
     preempt: Preempt = field(default_factory=Preempt)  # [preempt]
     guard: Guard = field(default_factory=Guard)  # [guard]
     metrics: Metrics = field(default_factory=Metrics)  # [metrics]
+    # [jobs] protect: whether a job that does not say (HOSTD_PROTECT) gets protected layers
+    jobs_protect: bool = True
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -320,7 +322,7 @@ def _is_gate(pred: Predicate) -> bool:
     return True
 
 
-def _elevation(layer: Layer) -> str | None:
+def elevation(layer: Layer) -> str | None:
     """What a layer gives its threads beyond what any user may take for themselves, in words
     (None: nothing): real-time, a negative nice, a heavier session, precedence over other
     work. (A catch-all group gives it to everything, which is the policy's choice, not a
@@ -690,12 +692,12 @@ class _Checker:
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
             epp, irqs, migrate, preempt, preemptible,
         )  # fmt: skip
-        elevation = _elevation(layer)
-        if elevation:
+        gives = elevation(layer)
+        if gives:
             for i, group in enumerate(match):
                 if group and not any(_is_gate(p) for p in group):
                     self.warnings.append(
-                        f"{self.source}: {key}.match[{i}]: layer {name!r} {elevation} "
+                        f"{self.source}: {key}.match[{i}]: layer {name!r} {gives} "
                         "but this group tests only what any user controls "
                         "(comm, cmdline, ...); any user could enter it by renaming a thread: "
                         "add a uid, cgroup or gpu condition"
@@ -746,7 +748,7 @@ class _Checker:
             "",
             (
                 "version", "name", "description", "pool_min", "agent", "preempt", "guard",
-                "metrics", "layer",
+                "metrics", "jobs", "layer",
             ),
         )  # fmt: skip
         if "version" not in data:
@@ -813,6 +815,8 @@ class _Checker:
         preempt = self.attempt(self.preempt_table, data.get("preempt", {}))
         guard = self.attempt(self.guard_table, data.get("guard", {}))
         metrics = self.attempt(self.metrics_table, data.get("metrics", {}))
+        jobs = self.attempt(self.table, data.get("jobs", {}), "jobs", ("protect",)) or {}
+        jobs_protect = self.attempt(self.boolean, jobs.get("protect", True), "jobs.protect")
         pool_min = None
         if "pool_min" in data:
             pool_min = self.attempt(self.cpu_amount, data["pool_min"], "pool_min")
@@ -843,6 +847,7 @@ class _Checker:
             preempt=preempt,
             guard=guard,
             metrics=metrics,
+            jobs_protect=bool(jobs_protect),
             warnings=tuple(self.warnings),
         )
 

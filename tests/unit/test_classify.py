@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from hostd.classify import Classifier
 from hostd.model.jobs import Job, job_of
 from hostd.model.tasks import GPU_DEVICE_PREFIXES, Process, Task
-from hostd.policy import Policy, Predicate, load_default, load_policy, parse_policy
+from hostd.policy import (
+    Policy,
+    Predicate,
+    default_policy_bytes,
+    load_default,
+    load_policy,
+    parse_policy,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = REPO / "tests" / "fixtures" / "policies" / "good"
@@ -836,3 +843,31 @@ def test_twins_that_do_different_things_are_classified_apart() -> None:
     polls.uid = waits.uid = 1000
     got = [c.layer for c in classifier.classify_all([polls, waits])]
     assert got == ["comms", "trainer"]
+
+
+def test_a_job_opts_out_of_protection_or_in_never_past_the_gates() -> None:
+    """HOSTD_PROTECT in a job's environment: 0 is always honoured (none of the layers that
+    protect); 1 only matters under [jobs] protect = false, and selects no more than the
+    policy's unforgeable gates allow."""
+    default = Classifier(load_default())
+    wanted = rank(uid=1000, gpu_devices=CUDA_FDS)
+    assert default.classify(wanted).name == "trainer"
+    refused = rank(uid=1000, gpu_devices=CUDA_FDS, env={**RANK_ENV, "HOSTD_PROTECT": "0"})
+    got = default.classify(refused).name
+    assert got not in default.policy.protected and got != "trainer"
+    lines = default.explain(refused).lines()
+    assert "layer 'trainer': skipped: its job refuses protection (HOSTD_PROTECT)" in lines
+    # a policy whose jobs are protected only when they ask
+    text = default_policy_bytes().decode().replace("[agent]", "[jobs]\nprotect = false\n\n[agent]")
+    opt_in = Classifier(parse_policy(text.encode(), "opt-in.toml"))
+    assert opt_in.classify(wanted).name not in opt_in.policy.protected
+    asked = rank(uid=1000, gpu_devices=CUDA_FDS, env={**RANK_ENV, "HOSTD_PROTECT": "1"})
+    assert opt_in.classify(asked).name == "trainer"
+    # asking gives nothing the gates do not: a rank without a GPU, not root's
+    no_gpu = rank(uid=1000, env={**RANK_ENV, "HOSTD_PROTECT": "yes"})
+    assert opt_in.classify(no_gpu).name == "rest"
+    # a process outside any job is not concerned
+    assert (
+        opt_in.classify(make_task("sshd", uid=0)).name
+        == default.classify(make_task("sshd", uid=0)).name
+    )

@@ -413,3 +413,18 @@ def test_shipped_policies_elevate_nothing_behind_a_name_alone(path: Path) -> Non
     """Issue 15: no real-time, negative nice, session nice or preempt that any user could
     claim by renaming a thread."""
     assert load_policy(path).warnings == ()
+
+
+def test_the_jobs_table() -> None:
+    from hostd.policy import PolicyError, parse_policy
+
+    base = 'version = 1\n[[layer]]\nname = "rest"\ncomment = "c"\nmatch = [[]]\n'
+    assert parse_policy(base.encode(), "a.toml").jobs_protect is True
+    off = parse_policy((base + "[jobs]\nprotect = false\n").encode(), "b.toml")
+    assert off.jobs_protect is False
+    try:
+        parse_policy((base + '[jobs]\nprotect = "maybe"\n').encode(), "c.toml")
+    except PolicyError as exc:
+        assert str(exc) == "c.toml:7:1: jobs.protect: 'maybe': expected true or false"
+    else:
+        raise AssertionError("accepted")
