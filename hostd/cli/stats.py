@@ -1,16 +1,26 @@
-"""``hostd stats``: which threads waited, per layer, over an interval (read-only).
+"""``hostd stats`` and ``hostd top``: which threads waited, per layer (read-only).
 
 Calls ``hostd.stats.measure`` and renders its ``Stats``: a table by layer (CPU, run-queue wait,
 context switches), then the threads that waited most; ``--json`` prints the exact values.
+``hostd top`` shows the same tables live, measured again every second, until q.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import select
+import sys
+import termios
+import time
+import tty
 
 import typer
+from rich.console import Group
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from hostd.cli.common import (
     EXIT_FAILURE,
@@ -29,7 +39,8 @@ from hostd.cli.common import (
     say_unprivileged,
     show,
 )
-from hostd.stats import StatsError, Unavailable, measure
+from hostd.snapshot import take
+from hostd.stats import Stats, StatsError, Unavailable, compare, measure, sample
 
 
 def stats(
@@ -65,7 +76,18 @@ def stats(
     if as_json:
         print_json({"policy": pol.name, "scope": pid or None, **dataclasses.asdict(result)})
         return
-    title = f"policy {pol.name}: {result.threads} threads over {result.interval:.2f} s"
+    show(layer_table(pol.name, result))
+    if top == 0:
+        return
+    if not result.top:
+        out.print("no thread waited on a run queue")
+        return
+    show(top_table(result))
+
+
+def layer_table(policy: str, result: Stats) -> Table:
+    """Per layer: threads, CPU, run-queue wait and switches per second."""
+    title = f"policy {policy}: {result.threads} threads over {result.interval:.2f} s"
     if result.vanished:
         title += f" ({result.vanished} more exited meanwhile, not counted)"
     table = Table(title=title, title_justify="left")
@@ -85,12 +107,11 @@ def stats(
             f"{r.involuntary_per_s:.1f}",
             f"{r.voluntary_per_s:.1f}",
         )
-    show(table)
-    if top == 0:
-        return
-    if not result.top:
-        out.print("no thread waited on a run queue")
-        return
+    return table
+
+
+def top_table(result: Stats) -> Table:
+    """The threads that waited most on a run queue."""
     tt = Table(title="threads that waited most", title_justify="left")
     for col in ("tid", "pid", "comm", "layer", "wait ms/s", "CPU/s", "invol/s"):
         tt.add_column(col, justify="left" if col in ("comm", "layer") else "right")
@@ -104,4 +125,57 @@ def stats(
             f"{t.rates.cpu:.3f}",
             f"{t.rates.involuntary_per_s:.1f}",
         )
-    show(tt)
+    return tt
+
+
+def top(
+    interval: float = typer.Option(1.0, "--interval", "-i", help="Seconds between refreshes."),
+    pid: list[int] = PidOpt,
+    tid: list[int] = TidOpt,
+    layer: list[str] = LayerOpt,
+    count: int = typer.Option(15, "--top", "-n", help="How many of the most-waiting threads."),
+    policy: str = PolicyOpt,
+) -> None:
+    """A live view of the layers and the threads that wait most, refreshed every second (like
+    top); q quits. Read-only: any user may run it."""
+    if not (interval >= 0.1 and math.isfinite(interval)):
+        fail(f"--interval {interval:g}: expected at least 0.1 seconds")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail("hostd top needs a terminal; `hostd stats` prints the same once")
+    pol = get_policy(policy)
+    host = get_host("/")
+    chosen = Selection(host, pol, pid, tid, layer)
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        with Live(console=out, screen=True, auto_refresh=False) as live:
+            live.update(Text("hostd top: measuring..."), refresh=True)
+            while True:
+                snap = take(host, pol, pid or None)
+                items = [c for c in snap.classified if chosen(c.task.pid, c.task.tid, c.layer)]
+                before, start = sample(host, [c.task for c in items]), time.monotonic()
+                if _quit(fd, interval):
+                    return
+                after = sample(host, [c.task for c in items])
+                names = [ly.name for ly in pol.layers]
+                result = compare(before, after, items, time.monotonic() - start, layers=names,
+                                 top=count)  # fmt: skip
+                head = Text(f"hostd top on {snap.topology.hostname or 'this host'}: "
+                            f"every {interval:g} s, q quits", style="bold")  # fmt: skip
+                live.update(Group(head, layer_table(pol.name, result), top_table(result)),
+                            refresh=True)  # fmt: skip
+    except KeyboardInterrupt:
+        return
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _quit(fd: int, wait: float) -> bool:
+    """Wait up to ``wait`` seconds for a key; True when it is q (or Q)."""
+    deadline = time.monotonic() + wait
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready and os.read(fd, 1) in (b"q", b"Q"):
+            return True
+    return False
