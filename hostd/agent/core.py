@@ -22,7 +22,7 @@ from hostd.agent import loop
 from hostd.agent.events import Batch
 from hostd.agent.incremental import Incremental
 from hostd.agent.lock import AgentError
-from hostd.agent.metrics import Exporter
+from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
 from hostd.agent.sources import Sources
 from hostd.agent.status import StatusFile, document
 from hostd.agent.watch import WatchLoop
@@ -85,6 +85,7 @@ class Agent:
         self.watcher = WatchLoop(self)
         self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)
         self.exporter = Exporter(self)
+        self.event_lag = Histogram(LAG_BOUNDS)  # new thread's event -> its knobs applied
 
     @property
     def mode(self) -> str:
@@ -167,6 +168,7 @@ class Agent:
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
+        self._lag(events, report)
         inc.check_sizes(self.policy, self.last_full, self.full_cost)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -198,6 +200,21 @@ class Agent:
             " ".join(f"{t.tid}:{t.activity}" for t in changed[:8]),
         )  # fmt: skip
         loop.log_problems(report)
+
+    def _lag(self, events: list[Event], report: PassReport) -> None:
+        """Each new thread whose knobs this pass applied: how long after its fork event."""
+        placed = {
+            knobs.parse_task_key(r.key)[0]
+            for r in report.results
+            if r.outcome == "applied" and knobs.is_task_key(r.key)
+        }
+        if not placed:
+            return
+        now = time.monotonic_ns()
+        for ev in events:
+            if getattr(ev, "kind", "") == "fork" and ev.tid in placed and ev.ts:
+                placed.discard(ev.tid)
+                self.event_lag.observe(max(0, now - ev.ts) / 1e9)
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set

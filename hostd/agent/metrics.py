@@ -13,6 +13,8 @@ counters); README "Metrics" lists them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -33,6 +36,40 @@ if TYPE_CHECKING:
 log = logging.getLogger("hostd")
 # The outcomes of a knob write (hostd.reconcile), which the agent counts.
 OUTCOMES = ("applied", "skipped", "restored", "gone", "not-permitted", "unchangeable", "error")
+
+
+# Event lag: a new thread's proc-connector event to its knobs applied (seconds).
+LAG_BOUNDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
+
+
+class Histogram:
+    """Counts of observations at or below each bound, their number and sum (Prometheus'
+    histogram, kept by the agent's own thread; a scrape reads its ``doc()`` in the status)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)  # not cumulative: one bucket per observation
+        self.count, self.sum = 0, 0.0
+
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.bounds, value)
+        if i < len(self.bounds):
+            self.counts[i] += 1
+        self.count += 1
+        self.sum += value
+
+    def doc(self) -> dict:
+        """Cumulative buckets ("le" bounds), count and sum, as JSON."""
+        cumulative = list(itertools.accumulate(self.counts))
+        return {"le": list(self.bounds), "buckets": cumulative, "count": self.count,
+                "sum": round(self.sum, 6)}  # fmt: skip
+
+
+def histogram_family(name: str, doc: str, value: dict | None) -> HistogramMetricFamily:
+    value = value or {"le": [], "buckets": [], "count": 0, "sum": 0.0}
+    buckets = [(repr(float(b)), c) for b, c in zip(value["le"], value["buckets"], strict=True)]
+    buckets.append(("+Inf", value["count"]))
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=value["sum"])
 
 
 class Collector:
@@ -92,6 +129,11 @@ class Collector:
             ("hostd_relooked_threads", "relooked", "Unnamed job threads moved by what they do."),
         ):
             yield CounterMetricFamily(name, doc, value=events.get(key, 0))
+        yield histogram_family(
+            "hostd_event_lag_seconds",
+            "From a new thread's proc-connector event to its knobs applied.",
+            st.get("event_lag"),
+        )
         last = st.get("last_pass") or {}
         yield GaugeMetricFamily(
             "hostd_full_pass_seconds", "How long the last full pass took.",

@@ -74,6 +74,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
         "unchangeable": sorted(agent.unchangeable),
         "preempt": agent.watcher.status(),
         "self": own_cost(),
+        "event_lag": agent.event_lag.doc(),
         "metrics": (
             f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
             if agent.exporter.address

@@ -72,6 +72,7 @@ class Event(NamedTuple):
     tgid: int  # its thread group (process) id
     parent_tgid: int = 0  # fork only: the creating process
     comm: str = ""  # comm only: the new name
+    ts: int = 0  # when the kernel sent it: CLOCK_MONOTONIC ns (time.monotonic_ns()); 0 unknown
 
 
 class Overflow(NamedTuple):
@@ -93,20 +94,21 @@ def parse(data: bytes | memoryview) -> Event | int | None:
     """One netlink message: an ``Event``, an ack's error code (int), or None (not wanted)."""
     if len(data) < _DATA_AT:
         return None
-    what = _HEAD.unpack_from(data, _EVENT_AT)[0]
+    what, _cpu, ts = _HEAD.unpack_from(data, _EVENT_AT)
     if what == EV_FORK:
         _ptid, ptgid, tid, tgid = _FOUR.unpack_from(data, _DATA_AT)
-        return Event("fork", tid, tgid, ptgid)
+        return Event("fork", tid, tgid, ptgid, "", ts)
     if what == EV_EXIT:
         tid, tgid = _TWO.unpack_from(data, _DATA_AT)
-        return Event("exit", tid, tgid)
+        return Event("exit", tid, tgid, 0, "", ts)
     if what == EV_COMM:
         tid, tgid = _TWO.unpack_from(data, _DATA_AT)
         raw = bytes(data[_DATA_AT + 8 : _DATA_AT + 24])
-        return Event("comm", tid, tgid, 0, raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+        name = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+        return Event("comm", tid, tgid, 0, name, ts)
     if what == EV_EXEC:
         tid, tgid = _TWO.unpack_from(data, _DATA_AT)
-        return Event("exec", tid, tgid)
+        return Event("exec", tid, tgid, 0, "", ts)
     if what == EV_NONE:
         return _ACK.unpack_from(data, _DATA_AT)[0]
     return None

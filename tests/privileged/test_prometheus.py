@@ -59,6 +59,11 @@ def test_a_real_prometheus_scrapes_the_agent(tmp_path):
                 )  # fmt: skip
                 applied = prom.wait('hostd_actions_total{outcome="applied"}')
                 assert float(applied[0]["value"][1]) >= 1  # the rank's nice, at least
+                # a new thread of the rank, placed from its event: the lag histogram counts it
+                job.new_thread(job.ranks[0])
+                lag = prom.wait("hostd_event_lag_seconds_count > 0")
+                assert float(lag[0]["value"][1]) >= 1
+                assert prom.wait('hostd_event_lag_seconds_bucket{le="+Inf"} > 0')
             finally:
                 prom.stop()
         finally:

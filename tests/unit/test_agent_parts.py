@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -127,8 +128,14 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     agent.pass_once()
     writes = len(agent.calls.writes)
     new = _new_rank(agent.tree, 4300, like=RANK)  # a third rank, its 12 threads
-    events = [Event("fork", 4300, 4300, 4000)] + [Event("fork", t, 4300, 4300) for t in new[1:]]
+    sent = time.monotonic_ns()
+    events = [Event("fork", 4300, 4300, 4000, "", sent)]
+    events += [Event("fork", t, 4300, 4300, "", sent) for t in new[1:]]
     report = agent.event_pass(events)
+    # each new thread placed: how long after its event (the kernel's stamp), in the histogram
+    lag = agent.event_lag.doc()
+    assert lag["count"] == len(new) and lag["buckets"][-1] <= lag["count"]
+    assert 0 < lag["sum"] < 60 * len(new)
     placed = {tid for kind, tid, _ in agent.calls.writes[writes:] if kind == "affinity"}
     assert placed == set(new), placed ^ set(new)
     # As the rank it copies (its GPU's node), not as the launcher it was forked from.

@@ -58,6 +58,10 @@ def test_a_scrape_says_what_the_status_says(tmp_path):
         info = next(k for k in got if k[0] == "hostd_info")
         assert dict(info[1])["policy"] == "policy" and dict(info[1])["mode"] == "observe"
         assert got[("hostd_agent_resident_memory_bytes", ())] > 0
+        # the event-lag histogram: its buckets, count and sum (no event pass yet: empty)
+        assert got[("hostd_event_lag_seconds_count", ())] == 0
+        assert got[("hostd_event_lag_seconds_bucket", (("le", "+Inf"),))] == 0
+        assert ("hostd_event_lag_seconds_bucket", (("le", "0.001"),)) in got
     finally:
         agent.exporter.stop()
         agent.journal.close()
@@ -75,3 +79,12 @@ def test_the_metrics_table_is_validated():
     assert lines[1].startswith("m.toml:4:1: metrics.port: 70000: expected an integer from 0")
     off = parse_policy(POLICY.replace("port = 0", "enabled = false").encode(), "m.toml")
     assert off.metrics.enabled is False and off.metrics.port == 9464
+
+
+def test_a_histogram_counts_each_observation_once_cumulatively():
+    from hostd.agent.metrics import Histogram
+
+    h = Histogram((0.001, 0.01, 0.1))
+    for value in (0.0005, 0.001, 0.005, 0.5):  # the last above every bound: +Inf only
+        h.observe(value)
+    assert h.doc() == {"le": [0.001, 0.01, 0.1], "buckets": [2, 3, 3], "count": 4, "sum": 0.5065}
