@@ -21,6 +21,7 @@ from hostd import knobkinds, knobs
 from hostd.agent import loop
 from hostd.agent.events import Batch
 from hostd.agent.incremental import Incremental
+from hostd.agent.layerstats import LayerStats
 from hostd.agent.lock import AgentError
 from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
 from hostd.agent.sources import Sources
@@ -86,6 +87,7 @@ class Agent:
         self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)
         self.exporter = Exporter(self)
         self.event_lag = Histogram(LAG_BOUNDS)  # new thread's event -> its knobs applied
+        self.layer_stats = LayerStats(self)
 
     @property
     def mode(self) -> str:

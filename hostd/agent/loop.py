@@ -103,7 +103,8 @@ def step(agent: Agent) -> None:
     due, why = next_full(agent)
     status_due, watch_due = agent.status.due, agent.watcher.next_due()
     relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
-    timeout = max(0.0, min(due, status_due, watch_due, relook_due) - time.monotonic())
+    stats_due = agent.layer_stats.due if agent.exporter.address else due
+    timeout = max(0.0, min(due, status_due, watch_due, relook_due, stats_due) - time.monotonic())
     events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
     if sources.stop:
         return
@@ -141,6 +142,8 @@ def step(agent: Agent) -> None:
         agent.watcher.run_due(now)
     if now >= relook_due and agent.cache.unsettled and not agent.disabled:
         agent.relook()
+    if agent.exporter.address and now >= agent.layer_stats.due and not agent.disabled:
+        agent.layer_stats.sample()  # only for the exporter: no reads when nobody scrapes
     if now >= due:
         full(agent, why)
     elif now >= status_due:

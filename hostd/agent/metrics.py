@@ -58,6 +58,14 @@ class Histogram:
         self.count += 1
         self.sum += value
 
+    def observe_many(self, value: float, times: int, total: float) -> None:
+        """``times`` observations of ``value`` whose sum is ``total``."""
+        i = bisect.bisect_left(self.bounds, value)
+        if i < len(self.bounds):
+            self.counts[i] += times
+        self.count += times
+        self.sum += total
+
     def doc(self) -> dict:
         """Cumulative buckets ("le" bounds), count and sum, as JSON."""
         cumulative = list(itertools.accumulate(self.counts))
@@ -65,11 +73,15 @@ class Histogram:
                 "sum": round(self.sum, 6)}  # fmt: skip
 
 
+def _buckets(value: dict) -> list[tuple[str, float]]:
+    """A ``Histogram.doc()`` as prometheus_client's buckets, +Inf last."""
+    pairs = zip(value["le"], value["buckets"], strict=True)
+    return [(repr(float(b)), c) for b, c in pairs] + [("+Inf", value["count"])]
+
+
 def histogram_family(name: str, doc: str, value: dict | None) -> HistogramMetricFamily:
     value = value or {"le": [], "buckets": [], "count": 0, "sum": 0.0}
-    buckets = [(repr(float(b)), c) for b, c in zip(value["le"], value["buckets"], strict=True)]
-    buckets.append(("+Inf", value["count"]))
-    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=value["sum"])
+    return HistogramMetricFamily(name, doc, buckets=_buckets(value), sum_value=value["sum"])
 
 
 class Collector:
@@ -107,6 +119,25 @@ class Collector:
             cpus.add_metric([layer["name"]], len(layer["cpus"]))
         yield threads
         yield cpus
+        layer_stats = st.get("layer_stats") or {}
+        for name, key, doc in (
+            ("hostd_layer_cpu_seconds", "cpu_seconds", "CPU time of a layer's threads."),
+            ("hostd_layer_runqueue_wait_seconds", "wait_seconds",
+             "Time a layer's threads were runnable but waited for a CPU (schedstat)."),
+        ):  # fmt: skip
+            family = CounterMetricFamily(name, doc, labels=["layer"])
+            for layer, value in sorted((layer_stats.get(key) or {}).items()):
+                family.add_metric([layer], value)
+            yield family
+        waits = HistogramMetricFamily(
+            "hostd_layer_wait_per_wakeup_seconds",
+            "Run-queue wait per wakeup of a layer's threads (each thread's mean per timeslice "
+            "over a sample, counted once per timeslice).",
+            labels=["layer"],
+        )
+        for layer, value in sorted((layer_stats.get("wait_per_wakeup") or {}).items()):
+            waits.add_metric([layer], _buckets(value), value["sum"])
+        yield waits
         events = st.get("events") or {}
         passes = CounterMetricFamily(
             "hostd_passes", "Passes of the agent by kind: full (every thread) or event.",

@@ -75,6 +75,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
         "preempt": agent.watcher.status(),
         "self": own_cost(),
         "event_lag": agent.event_lag.doc(),
+        "layer_stats": agent.layer_stats.doc(),
         "metrics": (
             f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
             if agent.exporter.address

@@ -25,6 +25,7 @@ from hostd.host import paths, syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
 from hostd.host.nvml import NvmlInfo, read_nvml
 from hostd.host.parsers import (
+    Schedstat,
     Stat,
     parse_cgroup,
     parse_io_writes,
@@ -343,17 +344,16 @@ class Host:
         text = self.read_line(paths.UPTIME) or "0"
         return int(float(text.split()[0]) * os.sysconf("SC_CLK_TCK"))
 
-    def schedstat(self, pid: int, tid: int) -> tuple[int, int] | None:
-        """A thread's (ns on a CPU, ns waiting on a run queue) since it started, or None when
-        it is gone or the kernel keeps no such statistics."""
+    def schedstat(self, pid: int, tid: int) -> Schedstat | None:
+        """A thread's (ns on a CPU, ns waiting on a run queue, timeslices) since it started, or
+        None when it is gone or the kernel keeps no such statistics."""
         text = self.read_quiet(paths.task(pid, tid, "schedstat"))
         if not text:
             return None
         try:
-            run = parse_schedstat(text)
+            return parse_schedstat(text)
         except ValueError:
             return None
-        return run.run_ns, run.wait_ns
 
     def thread_state(self, pid: int, tid: int) -> str | None:
         """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""

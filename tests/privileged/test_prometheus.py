@@ -59,6 +59,9 @@ def test_a_real_prometheus_scrapes_the_agent(tmp_path):
                 )  # fmt: skip
                 applied = prom.wait('hostd_actions_total{outcome="applied"}')
                 assert float(applied[0]["value"][1]) >= 1  # the rank's nice, at least
+                # the layers' CPU and run-queue wait, sampled from schedstat every 5 s
+                assert prom.wait('hostd_layer_cpu_seconds_total{layer="trainer"}')
+                assert prom.wait('hostd_layer_wait_per_wakeup_seconds_count{layer="trainer"}')
                 # a new thread of the rank, placed from its event: the lag histogram counts it
                 job.new_thread(job.ranks[0])
                 lag = prom.wait("hostd_event_lag_seconds_count > 0")

@@ -88,3 +88,39 @@ def test_a_histogram_counts_each_observation_once_cumulatively():
     for value in (0.0005, 0.001, 0.005, 0.5):  # the last above every bound: +Inf only
         h.observe(value)
     assert h.doc() == {"le": [0.001, 0.01, 0.1], "buckets": [2, 3, 3], "count": 4, "sum": 0.5065}
+
+
+def test_layer_cpu_and_wait_from_schedstat(tmp_path):
+    """Two samples of every classified thread's schedstat: each layer gets its threads' CPU and
+    run-queue wait, and the wait per wakeup (mean per timeslice) counted once per timeslice."""
+    tree = host_copy(tmp_path)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.pass_once()
+        layer_of = {tid: c.layer for tid, c in agent.inc.classified.items()}
+        rank_threads = [t for t, layer in layer_of.items() if layer == "trainer"]
+        assert rank_threads
+
+        def write(run: int, wait: int, slices: int) -> None:
+            for tid, item in agent.inc.classified.items():
+                path = tree / "proc" / str(item.task.pid) / "task" / str(tid) / "schedstat"
+                path.write_text(f"{run} {wait} {slices}\n")
+
+        write(1_000_000, 0, 10)
+        agent.layer_stats.sample()  # the baseline: nothing counted yet
+        assert not agent.layer_stats.cpu
+        write(3_000_000, 400_000, 14)  # +2 ms on a CPU, +0.4 ms waiting, 4 wakeups each
+        agent.layer_stats.sample()
+        doc = agent.layer_stats.doc()
+        n = len(rank_threads)
+        assert doc["cpu_seconds"]["trainer"] == pytest.approx(0.002 * n)
+        assert doc["wait_seconds"]["trainer"] == pytest.approx(0.0004 * n)
+        hist = doc["wait_per_wakeup"]["trainer"]
+        assert hist["count"] == 4 * n  # 0.1 ms per wakeup: in the 0.1 ms bucket and above
+        assert hist["buckets"][hist["le"].index(1e-4)] == 4 * n
+        assert hist["buckets"][hist["le"].index(5e-5)] == 0
+        assert agent.layer_stats.due > 0
+    finally:
+        agent.journal.close()
+        agent.status.close()
