@@ -204,11 +204,12 @@ class Agent:
         loop.log_problems(report)
 
     def _lag(self, events: list[Event], report: PassReport) -> None:
-        """Each new thread whose knobs this pass applied: how long after its fork event."""
+        """Each new thread this pass placed (its knobs written, or already right: a thread
+        inherits its creator's): how long after its fork event."""
         placed = {
             knobs.parse_task_key(r.key)[0]
             for r in report.results
-            if r.outcome == "applied" and knobs.is_task_key(r.key)
+            if r.outcome in ("applied", "skipped") and knobs.is_task_key(r.key)
         }
         if not placed:
             return

@@ -57,8 +57,8 @@ class LayerStats:
             layer = item.layer
             self.cpu[layer] += d_run / 1e9
             self.wait[layer] += d_wait / 1e9
+            hist = self.per_wakeup.setdefault(layer, Histogram(WAIT_BOUNDS))
             if d_slices:
-                hist = self.per_wakeup.setdefault(layer, Histogram(WAIT_BOUNDS))
                 hist.observe_many(d_wait / 1e9 / d_slices, d_slices, d_wait / 1e9)
         self.prev = seen
         self.cost = time.monotonic() - started

@@ -162,7 +162,7 @@ class Collector:
             yield CounterMetricFamily(name, doc, value=events.get(key, 0))
         yield histogram_family(
             "hostd_event_lag_seconds",
-            "From a new thread's proc-connector event to its knobs applied.",
+            "From a new thread's proc-connector event to its knobs in place.",
             st.get("event_lag"),
         )
         last = st.get("last_pass") or {}

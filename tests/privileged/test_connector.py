@@ -49,7 +49,10 @@ def test_thread_and_process_events_arrive():
                 and any(e.kind == "exit" and e.tid == tid[0] for e in s)
             ),
         )
-    mine = [e for e in seen if e.tid in (tid[0], child.pid)]
+    mine = [e._replace(ts=0) for e in seen if e.tid in (tid[0], child.pid)]
+    # each stamped by the kernel (CLOCK_MONOTONIC ns: time.monotonic_ns())
+    stamps = [e.ts for e in seen if e.tid in (tid[0], child.pid)]
+    assert all(0 < ts <= time.monotonic_ns() for ts in stamps)
     assert Event("fork", tid[0], me, mine[0].parent_tgid) in mine
     assert Event("comm", tid[0], me, 0, "hostd_test_thr") in mine
     assert Event("exit", tid[0], me) in mine
