@@ -206,17 +206,21 @@ class Exporter:
 
     def start(self) -> None:
         conf = self.agent.policy.metrics
-        address = os.environ.get("HOSTD_METRICS_ADDRESS") or conf.address
-        port = int(os.environ.get("HOSTD_METRICS_PORT") or conf.port)
         if not conf.enabled:
+            return
+        address = os.environ.get("HOSTD_METRICS_ADDRESS") or conf.address
+        try:
+            port = int(os.environ.get("HOSTD_METRICS_PORT") or conf.port)
+        except ValueError:
+            log.warning("metrics: HOSTD_METRICS_PORT is no port number: no exporter")
             return
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector(self.agent))  # type: ignore[arg-type]
         try:
             self.server, _thread = start_http_server(port, address, registry)
-        except OSError as exc:
+        except (OSError, OverflowError, ValueError) as exc:
             log.warning("metrics: cannot listen on %s:%d (%s): no exporter", address, port,
-                        exc.strerror)  # fmt: skip
+                        getattr(exc, "strerror", None) or exc)  # fmt: skip
             return
         self.address = (address, self.server.server_address[1])
         log.info("metrics http://%s:%d/metrics", *self.address)

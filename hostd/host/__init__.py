@@ -60,6 +60,8 @@ class Host:
         self._prefix = "/" if self.root == "/" else self.root.rstrip("/") + "/"
         self._nvml: tuple[NvmlInfo | None, str] | None = None
         self._known_start: dict[int, int] | None = None
+        # The kernel's machine name (its system call numbers); a fixture tree's is x86_64.
+        self.machine = os.uname().machine if self.root == "/" else "x86_64"
 
     # -- generic access ---------------------------------------------------------------------
     @property
@@ -384,11 +386,6 @@ class Host:
             return ""
         target = self.readlink(paths.proc(pid, f"fd/{arg}")) if call == "read" else None
         return activity_of(call, wrote, target)
-
-    @property
-    def machine(self) -> str:
-        """The kernel's machine name (its system call numbers): a fixture tree's is x86_64."""
-        return os.uname().machine if self.live else "x86_64"
 
     def process_cpu(self, pid: int) -> tuple[str, int, int] | None:
         """A process's (leader's state letter, CPU clock ticks of all its threads, CPU clock

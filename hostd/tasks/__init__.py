@@ -434,15 +434,15 @@ class TaskCache:
         return out
 
     def _look(self, task: Task, old: Task | None) -> None:
-        """What an unnamed thread of a job is doing; until that is plain, it stays unsettled."""
+        """An unnamed thread of a job, read again for an event: what it was seen doing stays;
+        until that is plain it is unsettled, for ``relook`` to read. (Not read here: a new
+        thread is still starting, and an event storm must not pay for it.)"""
         if task.process.job is None or not task.unnamed:
             self.unsettled.pop(task.tid, None)
             return
-        task.activity = self.host.thread_activity(task.pid, task.tid)
-        _keep_activity(task, old)
-        if task.activity in STICKY_ACTIVITIES:
-            self.unsettled.pop(task.tid, None)
-        else:
+        if old is not None and old.start_time == task.start_time:
+            task.activity = old.activity
+        if task.activity not in STICKY_ACTIVITIES:
             self.unsettled.setdefault(task.tid, time.monotonic())
 
     def relook(self) -> list[Task]:
@@ -459,9 +459,11 @@ class TaskCache:
                 continue
             self.unsettled[tid] = since
             was = task.activity
-            self._look(task, None)
-            if task.activity == "runs" and was:
-                task.activity = was  # running now says nothing new
+            now_doing = self.host.thread_activity(task.pid, task.tid)
+            if now_doing and not (now_doing == "runs" and was):  # running says nothing new
+                task.activity = now_doing
+            if task.activity in STICKY_ACTIVITIES:
+                del self.unsettled[tid]
             if task.activity != was:
                 changed.append(task)
         return changed

@@ -171,6 +171,14 @@ def test_the_cache_looks_again_until_a_thread_settles():
         assert cache.tasks[service.tid].activity == "polls"
         assert service.tid not in cache.unsettled  # settled: not looked at again
         assert cache.relook() == []
+
+        # an event that names it reads it again, but not what it does: that stays
+        def no_read(pid: int, tid: int) -> str:
+            raise AssertionError("the event path read a thread's activity")
+
+        cache.host.thread_activity = no_read  # type: ignore[method-assign]
+        [again] = cache.refresh([(service.tid, child.pid)], set())
+        assert again.activity == "polls" and service.tid not in cache.unsettled
         leader = cache.tasks[child.pid]
         assert leader.activity == ""  # the leader has its own name: never looked at
     finally:

@@ -124,3 +124,22 @@ def test_layer_cpu_and_wait_from_schedstat(tmp_path):
     finally:
         agent.journal.close()
         agent.status.close()
+
+
+@pytest.mark.parametrize(
+    ("address", "port"),
+    [("127.0.0.1", "x"), ("127.0.0.1", "70000"), ("192.0.2.1", "0")],  # not ours
+)
+def test_a_bad_override_means_no_exporter_not_a_crash(tmp_path, monkeypatch, address, port):
+    monkeypatch.setenv("HOSTD_METRICS_ADDRESS", address)
+    monkeypatch.setenv("HOSTD_METRICS_PORT", port)
+    tree = host_copy(tmp_path)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.exporter.start()
+        assert agent.exporter.address is None
+    finally:
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
