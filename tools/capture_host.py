@@ -48,7 +48,7 @@ JOB_VARS = (
     "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "LOCAL_RANK", "WORLD_SIZE",
     "MASTER_ADDR", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
     "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_RESTART_COUNT", "NCCL_SET_THREAD_NAME",
-    "HOSTD_PROTECT",
+    "SLURM_JOB_NAME", "HOSTD_PROTECT", "HOSTD_JOB", "HOSTD_THROUGHPUT_FILE",
 )  # fmt: skip
 # Words that mark a command line as possibly carrying a credential; such cmdlines are dropped.
 SENSITIVE = re.compile(

@@ -11,7 +11,8 @@ Rank 0 prints one JSON line: ``{"steps": N, "seconds": S, "steps_per_s": R, "ste
 "step_ms_p99": ..}`` (and writes it to ``--out`` when given). The job's threads carry the names
 a real PyTorch job has (FACTS.md): the launcher ``pt_elastic``, ``gloo_tcp_loop``/
 ``pt_gloo_runloop`` comm threads, ``pt_data_worker`` processes, OpenMP workers named like the
-trainer.
+trainer. Where ``HOSTD_THROUGHPUT_FILE`` is set, rank 0 rewrites it every second with its steps/s
+so far (``12.3 steps/s``): the throughput hostd records for the attempt (bench/ab.py).
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ def main() -> None:
     start = time.monotonic()
     counting_from = start + args.warmup
     steps, counted_at, last, step_times = 0, None, None, []
+    # What hostd records of each attempt (README "A/B rollout"): rank 0's steps/s so far.
+    rate_file = os.environ.get("HOSTD_THROUGHPUT_FILE") if rank == 0 else None
+    told = start
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
@@ -144,6 +148,11 @@ def main() -> None:
             steps += 1
             step_times.append(now - last)
         last = now
+        if rate_file and counted_at is not None and now - told >= 1.0 and now > counted_at:
+            with open(rate_file + ".tmp", "w", encoding="utf-8") as fh:
+                fh.write(f"{steps / (now - counted_at):.3f} steps/s\n")
+            os.replace(rate_file + ".tmp", rate_file)
+            told = now
         if done.item() > 0:
             break
     elapsed = time.monotonic() - (counted_at or start)

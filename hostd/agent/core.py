@@ -19,6 +19,7 @@ from pathlib import Path
 import hostd.sidecar
 from hostd import knobkinds, knobs
 from hostd.agent import loop
+from hostd.agent.attempts import Attempts
 from hostd.agent.events import Batch
 from hostd.agent.incremental import Incremental
 from hostd.agent.layerstats import LayerStats
@@ -88,6 +89,7 @@ class Agent:
         self.exporter = Exporter(self)
         self.event_lag = Histogram(LAG_BOUNDS)  # new thread's event -> its knobs applied
         self.layer_stats = LayerStats(self)
+        self.attempts = Attempts(self, Path(state_dir) / "attempts")
 
     @property
     def mode(self) -> str:

@@ -1,13 +1,16 @@
-"""Per-layer CPU time and run-queue wait, for the exporter: every thread's schedstat, read now
-and then by the agent's own thread.
+"""Per-layer CPU time and run-queue wait, for the exporter and the record of job attempts
+(``hostd.agent.attempts``): every thread's schedstat, read now and then by the agent's thread.
+For the exporter only, also each thread's involuntary switches (``status``, for threads that
+ran) and the CPU pressure (PSI) of the cgroup v2 groups hostd made for its layers.
 
 ``LayerStats.sample()`` reads ``/proc/PID/task/TID/schedstat`` (time on a CPU, time runnable but
 waiting, timeslices) of every thread the agent has classified, and adds each thread's change
 since the last sample to its layer: CPU seconds, wait seconds, and a histogram of the wait per
 wakeup (each thread's mean wait per timeslice over the interval, counted once per timeslice:
-the kernel keeps no single wakeups). It samples every ``EVERY_S`` seconds, or 100 times its own
-cost when that is longer (at most 1 % of a CPU however many threads the host has). ``doc()`` is
-what the status document (and so a scrape) holds.
+the kernel keeps no single wakeups). It samples every ``[metrics] sample_interval`` seconds
+(5), or 100 times its own cost when that is longer (at most 1 % of a CPU however many threads
+the host has). ``doc()`` is what the status document (and so a scrape) holds. Nothing is read
+while neither the exporter nor the attempts' record (``[jobs] record``) wants it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from hostd.agent.metrics import Histogram
 if TYPE_CHECKING:
     from hostd.agent.core import Agent
 
-EVERY_S = 5.0
 COST_FACTOR = 100
 # Wait per wakeup, seconds: 10 us (an idle CPU) to 1 s (a starved thread).
 WAIT_BOUNDS = (1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
@@ -34,12 +36,27 @@ class LayerStats:
         self.cpu: dict[str, float] = defaultdict(float)  # layer -> seconds on a CPU
         self.wait: dict[str, float] = defaultdict(float)  # layer -> seconds runnable, waiting
         self.per_wakeup: dict[str, Histogram] = {}
+        self.involuntary: dict[str, int] = defaultdict(int)  # layer -> preempted while runnable
+        self.prev_invol: dict[tuple[int, int], int] = {}
+        self.pressure: dict[str, list[float]] = {}  # layer -> [some, full] seconds (PSI, v2)
+        self.prev_psi: dict[str, tuple[int, int]] = {}  # hostd's cgroup -> (some, full) us
         self.due = 0.0  # monotonic time of the next sample
         self.cost = 0.0  # seconds the last sample took
+        self.taken = 0.0  # monotonic time the last sample began (0: none yet)
+
+    @property
+    def wanted(self) -> bool:
+        """Whether anyone uses the samples: the exporter, or the record of job attempts."""
+        return self.agent.exporter.address is not None or self.agent.policy.jobs_record
 
     def sample(self) -> None:
         started = time.monotonic()
         host, seen = self.agent.host, {}
+        attempts = self.agent.attempts if self.agent.policy.jobs_record else None
+        if attempts is not None:
+            attempts.begin()
+        exported = self.agent.exporter.address is not None
+        invol: dict[tuple[int, int], int] = {}
         for tid, item in list(self.agent.inc.classified.items()):
             task = item.task
             got = host.schedstat(task.pid, tid)
@@ -50,7 +67,9 @@ class LayerStats:
             seen[key] = (run, wait, slices)
             before = self.prev.get(key)
             if before is None:
-                continue  # its first sample: the change comes next time
+                if attempts is not None and self.taken:  # new since the last sample
+                    attempts.add(task, item.layer, run, wait, slices)
+                continue  # the host's first sample: the change comes next time
             d_run, d_wait, d_slices = run - before[0], wait - before[1], slices - before[2]
             if d_run < 0 or d_wait < 0 or d_slices < 0:
                 continue
@@ -60,12 +79,55 @@ class LayerStats:
             hist = self.per_wakeup.setdefault(layer, Histogram(WAIT_BOUNDS))
             if d_slices:
                 hist.observe_many(d_wait / 1e9 / d_slices, d_slices, d_wait / 1e9)
+            if attempts is not None:
+                attempts.add(task, layer, d_run, d_wait, d_slices)
+            if exported and d_slices:  # a thread that never ran was never preempted either
+                count = host.involuntary_switches(task.pid, tid)
+                if count is not None:
+                    invol[key] = count
+                    was = self.prev_invol.get(key)
+                    if was is not None and count >= was:
+                        self.involuntary[layer] += count - was
+            elif key in self.prev_invol:
+                invol[key] = self.prev_invol[key]
         self.prev = seen
+        self.prev_invol = invol
+        if exported:
+            self._pressure()
+        if attempts is not None and self.taken:
+            attempts.close(started - self.taken)
+        self.taken = started
         self.cost = time.monotonic() - started
-        self.due = time.monotonic() + max(EVERY_S, COST_FACTOR * self.cost)
+        every = self.agent.policy.metrics.sample_interval
+        self.due = time.monotonic() + max(every, COST_FACTOR * self.cost)
+
+    def _pressure(self) -> None:
+        """Each layer's CPU pressure (PSI) from the cgroups hostd made for it, where they are
+        cgroup v2 groups (v1 keeps no pressure): the change since the last sample, summed."""
+        inc = self.agent.inc
+        topo, plan = inc.topology, inc.plan
+        if topo is None or plan is None or topo.cgroup.cpuset != "v2" or not topo.cgroup.v2_mount:
+            return
+        mount, seen = topo.cgroup.v2_mount.rstrip("/"), {}
+        for cs in plan.cpusets:
+            got = self.agent.host.pressure(f"{mount}{cs.path}")
+            if got is None:
+                continue
+            seen[cs.path] = got
+            before = self.prev_psi.get(cs.path)
+            into = self.pressure.setdefault(cs.layer, [0.0, 0.0])
+            if before is not None and got[0] >= before[0] and got[1] >= before[1]:
+                into[0] += (got[0] - before[0]) / 1e6
+                into[1] += (got[1] - before[1]) / 1e6
+        self.prev_psi = seen
 
     def doc(self) -> dict:
         return {
+            "involuntary_switches": dict(self.involuntary),
+            "cpu_pressure_seconds": {
+                k: {"some": round(v[0], 6), "full": round(v[1], 6)}
+                for k, v in self.pressure.items()
+            },
             "cpu_seconds": {k: round(v, 6) for k, v in self.cpu.items()},
             "wait_seconds": {k: round(v, 6) for k, v in self.wait.items()},
             "wait_per_wakeup": {k: h.doc() for k, h in self.per_wakeup.items()},

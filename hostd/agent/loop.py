@@ -70,6 +70,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         return PassReport()  # what the loop did is in the log and status.json
     finally:
         agent.exporter.stop()
+        agent.attempts.stop()
         agent.sources.close()
         hold_cstate(agent, False)
         finish(agent)
@@ -103,7 +104,7 @@ def step(agent: Agent) -> None:
     due, why = next_full(agent)
     status_due, watch_due = agent.status.due, agent.watcher.next_due()
     relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
-    stats_due = agent.layer_stats.due if agent.exporter.address else due
+    stats_due = agent.layer_stats.due if agent.layer_stats.wanted else due
     timeout = max(0.0, min(due, status_due, watch_due, relook_due, stats_due) - time.monotonic())
     events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
     if sources.stop:
@@ -142,8 +143,8 @@ def step(agent: Agent) -> None:
         agent.watcher.run_due(now)
     if now >= relook_due and agent.cache.unsettled and not agent.disabled:
         agent.relook()
-    if agent.exporter.address and now >= agent.layer_stats.due and not agent.disabled:
-        agent.layer_stats.sample()  # only for the exporter: no reads when nobody scrapes
+    if agent.layer_stats.wanted and now >= agent.layer_stats.due and not agent.disabled:
+        agent.layer_stats.sample()  # no reads when nobody scrapes or records
     if now >= due:
         full(agent, why)
     elif now >= status_due:

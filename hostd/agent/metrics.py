@@ -129,6 +129,24 @@ class Collector:
             for layer, value in sorted((layer_stats.get(key) or {}).items()):
                 family.add_metric([layer], value)
             yield family
+        switches = CounterMetricFamily(
+            "hostd_layer_involuntary_switches",
+            "Times a layer's threads were switched out while they could still run (preempted).",
+            labels=["layer"],
+        )
+        for layer, value in sorted((layer_stats.get("involuntary_switches") or {}).items()):
+            switches.add_metric([layer], value)
+        yield switches
+        pressure = CounterMetricFamily(
+            "hostd_layer_cpu_pressure_seconds",
+            "CPU pressure stall time (PSI) of the cgroup v2 groups hostd made for a layer: "
+            "some (a task waited) and full (all did).",
+            labels=["layer", "kind"],
+        )
+        for layer, value in sorted((layer_stats.get("cpu_pressure_seconds") or {}).items()):
+            pressure.add_metric([layer, "some"], value["some"])
+            pressure.add_metric([layer, "full"], value["full"])
+        yield pressure
         waits = HistogramMetricFamily(
             "hostd_layer_wait_per_wakeup_seconds",
             "Run-queue wait per wakeup of a layer's threads (each thread's mean per timeslice "
@@ -187,6 +205,7 @@ class Collector:
             ("hostd_guard_runaways", "runaways", "Real-time threads returned to normal."),
         ):
             yield CounterMetricFamily(name, doc, value=counts.get(key, 0))
+        yield from job_families(st.get("attempts") or {}, st.get("hostname", ""))
         own = st.get("self") or {}
         yield CounterMetricFamily(
             "hostd_agent_cpu_seconds", "CPU time the agent itself used.",
@@ -196,6 +215,60 @@ class Collector:
             "hostd_agent_resident_memory_bytes", "The agent's resident memory.",
             value=own.get("rss_bytes", 0),
         )  # fmt: skip
+
+
+def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:
+    """The live job attempts (``hostd.agent.attempts``): at most ``MAX_LABELLED`` by their
+    ``training_job`` and ``attempt`` labels (``job`` is Prometheus' own: the scrape job's), the
+    others together as ``training_job="other"``, so that a host's series stay few however many
+    jobs it runs; their GPUs labelled as DCGM's exporter labels them (``gpu``, ``UUID``,
+    ``device``, ``modelName``, ``Hostname``) to join its series."""
+    live = attempts.get("live") or []
+    info = InfoMetricFamily(
+        "hostd_job_attempt", "A job attempt hostd records: its source and whether protected.",
+        labels=["training_job", "attempt"],
+    )  # fmt: skip
+    gpus = InfoMetricFamily(
+        "hostd_job_gpu", "A GPU a job attempt uses, labelled as DCGM's exporter labels it.",
+        labels=["training_job", "attempt", "gpu", "UUID", "device", "modelName", "Hostname"],
+    )  # fmt: skip
+    cpu = CounterMetricFamily(
+        "hostd_job_cpu_seconds",
+        "CPU time of a job attempt's threads.",
+        labels=["training_job", "attempt"],
+    )
+    wait = CounterMetricFamily(
+        "hostd_job_runqueue_wait_seconds",
+        "Time a job attempt's threads were runnable but waited for a CPU.",
+        labels=["training_job", "attempt"],
+    )
+    util = GaugeMetricFamily(
+        "hostd_job_gpu_utilization_ratio",
+        "Mean utilisation of a job attempt's GPUs over the last sample (NVML).",
+        labels=["training_job", "attempt"],
+    )
+    rate = GaugeMetricFamily(
+        "hostd_job_throughput", "The throughput a job attempt reports (HOSTD_THROUGHPUT_FILE).",
+        labels=["training_job", "attempt", "unit"],
+    )  # fmt: skip
+    for a in live:
+        labels = [a["job"], a["attempt"]]
+        info.add_metric(labels, {"source": a["source"], "protected": str(a["protected"]).lower()})
+        for g in a.get("gpus") or ():
+            gpus.add_metric(
+                [*labels, g["gpu"], g["UUID"], g["device"], g["modelName"], hostname], {}
+            )
+        cpu.add_metric(labels, a["cpu_seconds"])
+        wait.add_metric(labels, a["wait_seconds"])
+        if a.get("gpu_utilization") is not None:
+            util.add_metric(labels, a["gpu_utilization"])
+        if a.get("throughput") is not None:
+            rate.add_metric([*labels, a.get("throughput_unit") or ""], a["throughput"])
+    other = attempts.get("other") or {}
+    if other.get("attempts"):
+        cpu.add_metric(["other", "other"], other["cpu_seconds"])
+        wait.add_metric(["other", "other"], other["wait_seconds"])
+    yield from (info, gpus, cpu, wait, util, rate)
 
 
 class Exporter:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -57,6 +58,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
     status = {
         "version": __version__,
         "pid": os.getpid(),
+        "hostname": socket.gethostname(),
         "state": state,
         "mode": agent.mode,
         "policy": {
@@ -76,6 +78,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
         "self": own_cost(),
         "event_lag": agent.event_lag.doc(),
         "layer_stats": agent.layer_stats.doc(),
+        "attempts": agent.attempts.doc(),
         "metrics": (
             f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
             if agent.exporter.address

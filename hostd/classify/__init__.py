@@ -126,7 +126,7 @@ class Classifier:
         # Layers that protect (real-time, a negative nice, a heavier session, preemption): a
         # job that refuses protection (HOSTD_PROTECT=0), or says nothing under [jobs]
         # protect = false, is not placed in them.
-        self._protects = frozenset(ly.name for ly in policy.layers if elevation(ly))
+        self.protects = frozenset(ly.name for ly in policy.layers if elevation(ly))
 
     def unwanted(self, task: Task) -> str:
         """Why the thread's job does not get protected layers ("" where it does)."""
@@ -165,9 +165,9 @@ class Classifier:
         return out
 
     def matched_group(self, task: Task) -> tuple[Layer, int]:
-        refused = self._protects and self.unwanted(task)
+        refused = self.protects and self.unwanted(task)
         for layer, groups in self._layers:
-            if refused and layer.name in self._protects:
+            if refused and layer.name in self.protects:
                 continue
             for index, group in enumerate(groups):
                 if all(test(task) for _, test in group):
@@ -176,9 +176,9 @@ class Classifier:
 
     def explain(self, task: Task) -> Explanation:
         results: list[LayerResult] = []
-        refused = self._protects and self.unwanted(task)
+        refused = self.protects and self.unwanted(task)
         for layer, groups in self._layers:
-            if refused and layer.name in self._protects:
+            if refused and layer.name in self.protects:
                 results.append(LayerResult(layer.name, False, (), skipped=refused))
                 continue
             group_results = []

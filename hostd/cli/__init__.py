@@ -14,6 +14,7 @@ from hostd.cli import classify as classify_cmd
 from hostd.cli import demo as demo_cmd
 from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
+from hostd.cli import report as report_cmd
 from hostd.cli import stats as stats_cmd
 from hostd.cli import topo as topo_cmd
 
@@ -54,6 +55,7 @@ app.command("enable")(agent_cmd.enable)
 app.command("disable")(agent_cmd.disable)
 app.command("doctor")(agent_cmd.doctor)
 app.command("demo")(demo_cmd.demo)
+app.command("report")(report_cmd.report)
 
 
 def main() -> None:

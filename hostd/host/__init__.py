@@ -23,12 +23,14 @@ from collections.abc import Iterator
 
 from hostd.host import paths, syscalls
 from hostd.host.errors import Gone, HostError, NotPermitted, Unchangeable, from_oserror
-from hostd.host.nvml import NvmlInfo, read_nvml
+from hostd.host.nvml import NvmlInfo, read_nvml, read_utilization
 from hostd.host.parsers import (
     Schedstat,
     Stat,
     parse_cgroup,
+    parse_involuntary,
     parse_io_writes,
+    parse_pressure,
     parse_schedstat,
     parse_stat,
     parse_status,
@@ -357,6 +359,41 @@ class Host:
         except ValueError:
             return None
 
+    def involuntary_switches(self, pid: int, tid: int) -> int | None:
+        """How often a thread was switched out while it could still run (preempted), or None."""
+        text = self.read_quiet(paths.task(pid, tid, "status"))
+        return parse_involuntary(text) if text else None
+
+    def pressure(self, cgroup_dir: str) -> tuple[int, int] | None:
+        """(some, full) microseconds a cgroup v2 group's tasks stalled waiting for a CPU
+        (``cpu.pressure``, PSI), or None where the kernel keeps none (v1, psi=0, no group)."""
+        text = self.read_quiet(f"{cgroup_dir.strip('/')}/cpu.pressure")
+        return parse_pressure(text) if text else None
+
+    def job_file(self, pid: int, path: str, uid: int) -> tuple[str, float] | None:
+        """(The start of, when it last changed) a file a job names in its environment
+        (``HOSTD_THROUGHPUT_FILE``), read as the job sees it (its root, its working folder), or
+        None. hostd reads as root and the name is the user's to write: only a regular file that
+        ``uid`` (the job's) owns is read, without following a link at its last step, never
+        blocking, at most 4 KiB."""
+        if not path or "\0" in path:
+            return None
+        base = paths.proc(pid, "root") if path.startswith("/") else paths.proc(pid, "cwd")
+        try:
+            fd = os.open(self.path(f"{base}/{path.lstrip('/')}"),
+                         _O_READ | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)  # fmt: skip
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                return None
+            return os.read(fd, _READ_CHUNK).decode("utf-8", "replace"), st.st_mtime
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
     def thread_state(self, pid: int, tid: int) -> str | None:
         """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""
         text = self.read_quiet(paths.task(pid, tid, "stat"))
@@ -414,15 +451,20 @@ class Host:
                 return part
         return None
 
-    def nvml(self) -> tuple[NvmlInfo | None, str]:
+    def nvml(self, fresh: bool = False) -> tuple[NvmlInfo | None, str]:
         """NVML's view (GPUs and their processes) and a reason when it is unavailable.
 
         Live hosts ask the NVIDIA driver through pynvml; fixture trees may carry ``nvml.json``.
-        Cached for the life of this Host.
+        Cached for the life of this Host, unless ``fresh`` (the agent's full pass: GPU
+        processes come and go).
         """
-        if self._nvml is None:
+        if self._nvml is None or fresh:
             self._nvml = read_nvml(None if self.live else self.path("nvml.json"))
         return self._nvml
+
+    def gpu_utilization(self) -> dict[int, float]:
+        """Each GPU's utilisation now, by NVML index (0..1); {} where NVML cannot say."""
+        return read_utilization(None if self.live else self.path("nvml.json"))
 
     def __repr__(self) -> str:
         return f"Host({self.root!r})"

@@ -73,6 +73,37 @@ def from_json(data: dict) -> NvmlInfo:
     return NvmlInfo(str(data.get("driver_version", "")), gpus, procs)
 
 
+def read_utilization(fixture_path: str | None) -> dict[int, float]:
+    """Each GPU's utilisation now (GPU index -> the fraction of the last sample period in which
+    a kernel ran, NVML's ``nvmlDeviceGetUtilizationRates``); {} where NVML cannot say. A fixture
+    tree's ``nvml.json`` may carry ``"utilization": {"0": 0.93}``."""
+    if fixture_path is not None:
+        try:
+            with open(fixture_path, encoding="utf-8") as fh:
+                got = json.load(fh).get("utilization") or {}
+            return {int(k): float(v) for k, v in got.items()}
+        except (OSError, ValueError, AttributeError, TypeError):
+            return {}
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver
+        return {}
+    try:
+        out = {}
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            with contextlib.suppress(pynvml.NVMLError):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                out[index] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        return out
+    except Exception:
+        return {}
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -126,6 +126,28 @@ def parse_schedstat(text: str) -> Schedstat:
     return Schedstat(int(fields[0]), int(fields[1]), int(fields[2]))
 
 
+def parse_involuntary(text: str) -> int | None:
+    """``nonvoluntary_ctxt_switches`` of a /proc/PID/task/TID/status (its last lines)."""
+    at = text.rfind("nonvoluntary_ctxt_switches:")
+    if at < 0:
+        return None
+    words = text[at + 27 :].split()
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
+def parse_pressure(text: str) -> tuple[int, int] | None:
+    """(some, full) ``total=`` microseconds of a PSI file (``cpu.pressure``); None if neither."""
+    got = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        for field in rest.split():
+            if field.startswith("total=") and field[6:].isdigit():
+                got[kind] = int(field[6:])
+    if not got:
+        return None
+    return got.get("some", 0), got.get("full", 0)
+
+
 # System calls an idle thread blocks in, by machine (arch/x86/entry/syscalls/syscall_64.tbl;
 # include/uapi/asm-generic/unistd.h for arm64): how ``thread_activity`` tells what an unnamed
 # thread does.

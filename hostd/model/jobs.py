@@ -48,7 +48,10 @@ JOB_VARS = (
     "SLURM_PROCID",
     "SLURM_RESTART_COUNT",
     "NCCL_SET_THREAD_NAME",
+    "SLURM_JOB_NAME",
     "HOSTD_PROTECT",
+    "HOSTD_JOB",
+    "HOSTD_THROUGHPUT_FILE",
 )
 # HOSTD_PROTECT in a job's environment: whether it wants hostd's protection (README "Jobs").
 PROTECT_YES, PROTECT_NO = ("1", "on", "yes", "true"), ("0", "off", "no", "false")
@@ -125,7 +128,7 @@ def environ_vars(raw: bytes | str) -> tuple[tuple[str, str], ...]:
     for item in text.split("\0"):
         name, eq, value = item.partition("=")
         if eq and name in JOB_VARS and name not in found:
-            found[name] = value[:128]
+            found[name] = value[:256]
     return tuple(sorted(found.items()))
 
 

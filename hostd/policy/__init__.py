@@ -251,6 +251,9 @@ class Metrics:
     enabled: bool = True
     address: str = "127.0.0.1"  # localhost by default: a DaemonSet sets HOSTD_METRICS_ADDRESS
     port: int = 9464  # 0: any free port (the status file says which)
+    # seconds between samples of every thread's schedstat (per-layer and per-attempt series;
+    # stretched to 100 times a sample's cost where that is longer: hostd.agent.layerstats)
+    sample_interval: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,8 @@ class Policy:
     metrics: Metrics = field(default_factory=Metrics)  # [metrics]
     # [jobs] protect: whether a job that does not say (HOSTD_PROTECT) gets protected layers
     jobs_protect: bool = True
+    # [jobs] record: whether the agent records job attempts for ``hostd report``
+    jobs_record: bool = True
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -815,8 +820,9 @@ class _Checker:
         preempt = self.attempt(self.preempt_table, data.get("preempt", {}))
         guard = self.attempt(self.guard_table, data.get("guard", {}))
         metrics = self.attempt(self.metrics_table, data.get("metrics", {}))
-        jobs = self.attempt(self.table, data.get("jobs", {}), "jobs", ("protect",)) or {}
+        jobs = self.attempt(self.table, data.get("jobs", {}), "jobs", ("protect", "record")) or {}
         jobs_protect = self.attempt(self.boolean, jobs.get("protect", True), "jobs.protect")
+        jobs_record = self.attempt(self.boolean, jobs.get("record", True), "jobs.record")
         pool_min = None
         if "pool_min" in data:
             pool_min = self.attempt(self.cpu_amount, data["pool_min"], "pool_min")
@@ -848,11 +854,12 @@ class _Checker:
             guard=guard,
             metrics=metrics,
             jobs_protect=bool(jobs_protect),
+            jobs_record=bool(jobs_record),
             warnings=tuple(self.warnings),
         )
 
     def metrics_table(self, value: object) -> Metrics:
-        data = self.table(value, "metrics", ("enabled", "address", "port"))
+        data = self.table(value, "metrics", ("enabled", "address", "port", "sample_interval"))
         d = Metrics()
         address = data.get("address", d.address)
         try:
@@ -865,7 +872,14 @@ class _Checker:
             )
         enabled = self.attempt(self.boolean, data.get("enabled", d.enabled), "metrics.enabled")
         port = self.attempt(self.integer, data.get("port", d.port), "metrics.port", 0, 65535)
-        return Metrics(enabled=bool(enabled), address=str(address), port=port or 0)
+        every = self.attempt(
+            self.number, data.get("sample_interval", d.sample_interval),
+            "metrics.sample_interval", 0.5, 600, "seconds",
+        )  # fmt: skip
+        return Metrics(
+            enabled=bool(enabled), address=str(address), port=port or 0,
+            sample_interval=every or d.sample_interval,
+        )  # fmt: skip
 
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(

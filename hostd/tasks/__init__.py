@@ -307,7 +307,7 @@ class TaskCache:
             pids = descendants(self.host, roots)
             self.scope = set(pids)
             self._roots = set(roots)
-        nvml, _ = self.host.nvml()
+        nvml, _ = self.host.nvml(fresh=True)
         self._nvml_pids = nvml.pids if nvml else frozenset()
         old = {tid: t for tid, t in self.tasks.items() if t.activity in STICKY_ACTIVITIES}
         self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after

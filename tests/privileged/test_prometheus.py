@@ -64,6 +64,12 @@ def test_a_real_prometheus_scrapes_the_agent(tmp_path):
                 assert prom.wait('hostd_layer_wait_per_wakeup_seconds_count{layer="trainer"}')
                 # a new thread of the rank, placed from its event: the lag histogram counts it
                 job.new_thread(job.ranks[0])
+                # the stand-in job's attempt (torchrun's run id "standin"), by its labels
+                labels = '{training_job="standin",attempt="torchrun standin restart 0"}'
+                assert prom.wait(f"hostd_job_cpu_seconds_total{labels}")
+                info = prom.wait("hostd_job_attempt_info")[0]["metric"]
+                # nice 2 protects nothing: the attempt is recorded as not protected
+                assert (info["source"], info["protected"]) == ("torchrun", "false")
                 lag = prom.wait("hostd_event_lag_seconds_count > 0")
                 assert float(lag[0]["value"][1]) >= 1
                 assert prom.wait('hostd_event_lag_seconds_bucket{le="+Inf"} > 0')

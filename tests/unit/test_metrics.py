@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hostd.agent import Agent
 from hostd.host import Host
 from hostd.policy import PolicyError, parse_policy
+from hostd.reconcile import PassReport
 from tests.fakes import FakeCalls, host_copy
 
 POLICY = """version = 1
@@ -139,6 +140,57 @@ def test_a_bad_override_means_no_exporter_not_a_crash(tmp_path, monkeypatch, add
     try:
         agent.exporter.start()
         assert agent.exporter.address is None
+    finally:
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
+
+
+def test_layer_preemptions_and_cpu_pressure(tmp_path):
+    """With the exporter on, a sample also counts each layer's involuntary switches (threads
+    that ran) and the CPU pressure (PSI) of the v2 cgroups hostd made for it: changes only."""
+    tree = host_copy(tmp_path)  # a pure cgroup v2 host
+    policy = tmp_path / "policy.toml"
+    grouped = 'match = [[{ job_role = "rank" }]]\nkind = "grouped"\ncpus = { min = 2 }'
+    policy.write_text(POLICY.replace('match = [[{ job_role = "rank" }]]', grouped))
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe", allow_insecure_policy=True)  # fmt: skip
+    agent.exporter.start()
+    try:
+        agent.pass_once()
+        groups = [cs for cs in agent.plan.cpusets if cs.layer == "trainer"]
+        assert groups, agent.plan.cpusets
+
+        def write(step: int) -> None:
+            for tid, item in agent.inc.classified.items():
+                task = tree / "proc" / str(item.task.pid) / "task" / str(tid)
+                (task / "schedstat").write_text(f"{step * 1000} 0 {step * 10}\n")
+                status = (task / "status").read_text()
+                head = status[: status.index("nonvoluntary_ctxt_switches:")]
+                (task / "status").write_text(f"{head}nonvoluntary_ctxt_switches:\t{step * 3}\n")
+            for cs in groups:
+                folder = tree / "sys/fs/cgroup" / cs.path.lstrip("/")
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "cpu.pressure").write_text(
+                    f"some avg10=0.00 avg60=0.00 avg300=0.00 total={step * 1000}\n"
+                    f"full avg10=0.00 avg60=0.00 avg300=0.00 total={step * 10}\n"
+                )
+
+        for step in (1, 2, 3):  # the first read of a count is its baseline
+            write(step)
+            agent.layer_stats.sample()
+        doc = agent.layer_stats.doc()
+        trainer = sum(1 for c in agent.inc.classified.values() if c.layer == "trainer")
+        assert doc["involuntary_switches"]["trainer"] == 3 * trainer  # one change counted
+        assert doc["cpu_pressure_seconds"]["trainer"] == {
+            "some": pytest.approx(0.002 * len(groups)), "full": pytest.approx(2e-5 * len(groups)),
+        }  # fmt: skip
+        agent.write_status(PassReport(), None, "running")
+        got = scrape(agent.status.last["metrics"])
+        key = ("hostd_layer_involuntary_switches_total", (("layer", "trainer"),))
+        assert got[key] == 3 * trainer
+        some = ("hostd_layer_cpu_pressure_seconds_total", (("kind", "some"), ("layer", "trainer")))
+        assert got[some] == pytest.approx(0.002 * len(groups))
     finally:
         agent.exporter.stop()
         agent.journal.close()

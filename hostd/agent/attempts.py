@@ -1,0 +1,304 @@
+"""The agent's record of job attempts (``STATE_DIR/attempts/*.json``), for ``hostd report``.
+
+``LayerStats.sample`` hands every classified thread's change since the last sample to
+``Attempts.add``; ``Attempts.close`` then adds, per live attempt (``hostd.model.attempts``), one
+sample: per layer its threads' CPU seconds, run-queue wait seconds, timeslices and thread count,
+its GPUs' utilisation (NVML) and the throughput the job reports (``HOSTD_THROUGHPUT_FILE``, read
+only if the job's user owns the file and it changed in the last minute), and rewrites that
+attempt's file whole. An attempt seen in no sample is over: its ``end`` is written.
+
+A record says whether the attempt was **protected**: hostd enforced its policy and the
+attempt's threads were in a layer that protects (real-time, a negative nice, a heavier session,
+preemption). Bounded: at most ``MAX_SAMPLES`` samples per record (then neighbours are merged,
+halving the resolution), at most ``MAX_FILES`` records (the oldest ended ones go), at most
+``MAX_LABELLED`` attempts labelled in the metrics (the rest are counted under ``job="other"``).
+A thread is counted from its first sample (the kernel's counters run from its start); one that
+lived between two samples is not seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hostd.model.attempts import SCHEMA, Identity, attempt_of, halve, parse_throughput
+from hostd.model.tasks import Task
+from hostd.statedir import UnsafeDir, open_dir, write_atomic
+
+if TYPE_CHECKING:
+    from hostd.agent.core import Agent
+
+log = logging.getLogger("hostd")
+MAX_SAMPLES = 2048
+MAX_FILES = 256
+MAX_LABELLED = 8
+STALE_S = 60.0  # a throughput file older than this says nothing
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass
+class Live:
+    """One attempt being recorded."""
+
+    ident: Identity
+    name: str  # its file's name
+    record: dict
+    protected_seen: bool = False
+    pids: set[int] = field(default_factory=set)
+    # this sample: layer -> [cpu s, wait s, timeslices, threads]
+    acc: dict[str, list] = field(default_factory=dict)
+    minors: set[int] = field(default_factory=set)
+    throughput: tuple[int, str, int] | None = None  # (pid, path, uid) of a throughput file
+    cpu_total: float = 0.0  # seconds, over the record
+    wait_total: float = 0.0
+
+
+class Attempts:
+    def __init__(self, agent: Agent, folder: Path) -> None:
+        self.agent, self.folder = agent, folder
+        self.live: dict[str, Live] = {}  # attempt -> its record
+        self._fd: int | None = None
+        self._who: dict[tuple[int, int], Identity | None] = {}  # process -> its attempt
+        self.broken = ""  # why records cannot be written ("" while they can)
+        self._seen: set[str] = set()  # attempts seen in this sample
+
+    def begin(self) -> None:
+        for item in self.live.values():
+            item.acc = {}
+            item.pids = set()
+        self._seen: set[str] = set()
+
+    def identity(self, task: Task) -> Identity | None:
+        proc = task.process
+        key = (proc.pid, proc.start_time)
+        if key not in self._who:
+            self._who[key] = attempt_of(proc.job, dict(proc.env), proc.cgroup, proc.cmdline)
+        return self._who[key]
+
+    def add(self, task: Task, layer: str, d_run: int, d_wait: int, d_slices: int) -> None:
+        """One thread's change over this sample (ns on a CPU, ns waiting, timeslices)."""
+        ident = self.identity(task)
+        if ident is None:
+            return
+        item = self.live.get(ident.attempt)
+        if item is None:
+            item = self._open(ident, task)
+        self._seen.add(ident.attempt)
+        acc = item.acc.setdefault(layer, [0.0, 0.0, 0, 0])
+        acc[0] += d_run / 1e9
+        acc[1] += d_wait / 1e9
+        acc[2] += d_slices
+        acc[3] += 1
+        proc = task.process
+        if proc.pid not in item.pids:
+            item.pids.add(proc.pid)
+            item.minors.update(proc.nvidia_minors)
+            path = dict(proc.env).get("HOSTD_THROUGHPUT_FILE")
+            if path and item.throughput is None:
+                item.throughput = (proc.pid, path, task.uid)
+        if layer in self.agent.classifier.protects and self.agent.mode == "enforce":
+            item.protected_seen = True
+
+    def close(self, seconds: float) -> None:
+        """The end of a sample that covered ``seconds``: one sample more in every live record,
+        and the end of those not seen."""
+        now = time.time()
+        util: dict[int, float] | None = None  # asked once, the first time a GPU is found
+        for attempt, item in list(self.live.items()):
+            rec = item.record
+            if attempt not in self._seen:
+                rec["end"] = rec["samples"][-1]["t"] if rec["samples"] else now
+                self._write(item)
+                del self.live[attempt]
+                log.info("attempt over job=%r attempt=%r", rec["job"], attempt)
+                continue
+            rec["protected"] = rec["protected"] or item.protected_seen
+            if item.protected_seen:
+                rec["why"] = "hostd enforced its policy; its threads were in protecting layers"
+            rec["gpus"] = self._gpus(item)
+            if rec["gpus"] and util is None:
+                util = self._gpu_utilization()
+            used = [util[g["index"]] for g in rec["gpus"] if util and g["index"] in util]
+            sample = {
+                "t": round(now, 3),
+                "seconds": round(seconds, 3),
+                "layers": {
+                    layer: {
+                        "cpu_seconds": round(a[0], 6),
+                        "wait_seconds": round(a[1], 6),
+                        "timeslices": a[2],
+                        "threads": a[3],
+                    }
+                    for layer, a in sorted(item.acc.items())
+                },
+                "gpu_utilization": round(sum(used) / len(used), 4) if used else None,
+                "throughput": self._throughput(item, now),
+            }
+            item.cpu_total += sum(a[0] for a in item.acc.values())
+            item.wait_total += sum(a[1] for a in item.acc.values())
+            rec["samples"].append(sample)
+            if len(rec["samples"]) > MAX_SAMPLES:
+                rec["samples"] = halve(rec["samples"])
+            self._write(item)
+        alive = {(p.pid, p.start_time) for p in self.agent.cache.procs.values()}
+        self._who = {k: v for k, v in self._who.items() if k in alive}
+
+    def _open(self, ident: Identity, task: Task) -> Live:
+        why = self.agent.classifier.unwanted(task) or (
+            "hostd only observed (mode = observe)" if self.agent.mode != "enforce" else
+            "its threads were in no protecting layer"
+        )  # fmt: skip
+        pol = self.agent.policy
+        record = {
+            "schema": SCHEMA,
+            "job": ident.job,
+            "attempt": ident.attempt,
+            "source": ident.source,
+            "host": socket.gethostname(),
+            "protected": False,
+            "why": why,
+            "policy": {"name": pol.name, "sha256": pol.sha256},
+            "mode": self.agent.mode,
+            "start": round(time.time(), 3),
+            "end": None,
+            "ranks": 0,
+            "gpus": [],
+            "throughput_unit": None,
+            "samples": [],
+        }
+        stem = _SAFE.sub("_", ident.job)[:48] or "job"
+        digest = hashlib.sha256(f"{ident.attempt}\0{record['start']}".encode()).hexdigest()[:12]
+        item = Live(ident, f"{stem}-{digest}.json", record)
+        self.live[ident.attempt] = item
+        log.info("attempt job=%r attempt=%r source=%s", ident.job, ident.attempt, ident.source)
+        return item
+
+    def _gpus(self, item: Live) -> list[dict]:
+        """The attempt's GPUs (the /dev/nvidiaN its processes hold, and NVML's list of GPU
+        processes), labelled as NVIDIA's DCGM exporter labels them."""
+        nvml, _ = self.agent.host.nvml()
+        by_minor = {g.minor: g for g in (nvml.gpus if nvml else ())}
+        if nvml:
+            by_index = {g.index: g.minor for g in nvml.gpus}
+            item.minors.update(
+                m for pid, index in nvml.processes
+                if pid in item.pids and (m := by_index.get(index)) is not None
+            )  # fmt: skip
+        minors = item.minors
+        out = []
+        for minor in sorted(minors):
+            g = by_minor.get(minor)
+            out.append({
+                "index": g.index if g else minor,
+                "gpu": str(g.index if g else minor),
+                "UUID": g.uuid if g else "",
+                "device": f"nvidia{minor}",
+                "modelName": g.name if g else "",
+            })  # fmt: skip
+        return out
+
+    def _gpu_utilization(self) -> dict[int, float]:
+        try:
+            return self.agent.host.gpu_utilization()
+        except Exception:  # NVML's failures are many; a missing value is no fault
+            return {}
+
+    def _throughput(self, item: Live, now: float) -> float | None:
+        if item.throughput is None:
+            return None
+        pid, path, uid = item.throughput
+        got = self.agent.host.job_file(pid, path, uid)
+        if got is None or now - got[1] > STALE_S:
+            return None
+        parsed = parse_throughput(got[0])
+        if parsed is None:
+            return None
+        if parsed[1]:
+            item.record["throughput_unit"] = parsed[1]
+        return parsed[0]
+
+    def _write(self, item: Live) -> None:
+        item.record["ranks"] = max(item.record["ranks"], self._ranks(item))
+        if self.broken:
+            return
+        try:
+            if self._fd is None:
+                self._fd = open_dir(self.folder, 0o700)
+                self._prune()
+            write_atomic(self._fd, item.name, json.dumps(item.record).encode(), 0o600)
+        except (OSError, UnsafeDir) as exc:
+            self.broken = str(exc)
+            log.warning("attempts: cannot record in %s: %s", self.folder, exc)
+
+    def _ranks(self, item: Live) -> int:
+        procs = self.agent.cache.procs
+        return sum(
+            1 for pid in item.pids
+            if (p := procs.get(pid)) is not None and p.job is not None and p.job.role == "rank"
+        )  # fmt: skip
+
+    def _prune(self) -> None:
+        """Keep the newest ``MAX_FILES - 1`` records (a new one is about to be written)."""
+        assert self._fd is not None
+        names = [n for n in os.listdir(self._fd) if n.endswith(".json")]
+        if len(names) < MAX_FILES:
+            return
+        aged = []
+        for name in names:
+            with contextlib.suppress(OSError):
+                aged.append((os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mtime, name))
+        for _, name in sorted(aged)[: len(aged) - MAX_FILES + 1]:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self._fd)
+
+    def doc(self) -> dict:
+        """The live attempts, for the status document and the metrics: at most
+        ``MAX_LABELLED`` by name, the CPU and wait of the others together under ``other``."""
+        items = list(self.live.values())
+        shown, rest = items[:MAX_LABELLED], items[MAX_LABELLED:]
+        live = []
+        for item in shown:
+            rec = item.record
+            last = rec["samples"][-1] if rec["samples"] else {}
+            live.append({
+                "job": rec["job"],
+                "attempt": rec["attempt"],
+                "source": rec["source"],
+                "protected": rec["protected"],
+                "start": rec["start"],
+                "gpus": [{k: g[k] for k in ("gpu", "UUID", "device", "modelName")}
+                         for g in rec["gpus"]],
+                "throughput": last.get("throughput"),
+                "throughput_unit": rec["throughput_unit"],
+                "gpu_utilization": last.get("gpu_utilization"),
+                "cpu_seconds": round(item.cpu_total, 6),
+                "wait_seconds": round(item.wait_total, 6),
+            })  # fmt: skip
+        return {
+            "live": live,
+            "other": {
+                "attempts": len(rest),
+                "cpu_seconds": round(sum(i.cpu_total for i in rest), 6),
+                "wait_seconds": round(sum(i.wait_total for i in rest), 6),
+            },
+            "folder": str(self.folder),
+            "problem": self.broken or None,
+        }
+
+    def stop(self) -> None:
+        """The agent stops: write what the live records have (their ``end`` stays unknown)."""
+        for item in self.live.values():
+            self._write(item)
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,211 @@
+"""Job attempts: who an attempt is (from the launcher's environment and the cgroup), the record the
+agent keeps of it on a fixture host, the metrics with their bounded labels, and the throughput
+file a job names, read only when the job's user owns it."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hostd.agent import Agent
+from hostd.host import Host
+from hostd.model.attempts import attempt_of, command_name, halve, parse_throughput
+from hostd.model.jobs import Job
+from hostd.reconcile import PassReport
+from tests.fakes import FakeCalls, host_copy
+
+RANK = Job("torchrun 4000", "rank", 0, 4100, True, "test")
+POD = (
+    "/kubepods.slice/kubepods-burstable.slice/"
+    "kubepods-burstable-pod1b2c3d4e_0000_1111_2222_333344445555.slice/cri-containerd-ab.scope"
+)
+STEP = "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"
+
+
+@pytest.mark.parametrize(
+    ("job", "env", "cgroup", "cmdline", "want"),
+    [
+        (RANK, {"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "2", "SLURM_JOB_NAME": "llama"},
+         STEP, "python train.py", ("llama", "slurm 4242 restart 2", "slurm")),
+        (RANK, {"SLURM_JOB_ID": "4242"}, STEP, "python train.py",
+         ("slurm 4242", "slurm 4242 restart 0", "slurm")),
+        (RANK, {"TORCHELASTIC_RUN_ID": "r7", "TORCHELASTIC_RESTART_COUNT": "1"}, "/user.slice",
+         "python train.py", ("r7", "torchrun r7 restart 1", "torchrun")),
+        # torchrun's default run id says nothing: the launcher and the script name it
+        (RANK, {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}, "/",
+         "/usr/bin/python3 -u /data/train.py --lr 1", ("train.py", "torchrun 4000 restart 0",
+                                                       "command")),
+        (RANK, {"RANK": "0"}, POD, "python -m trainer.main",
+         ("-m trainer.main", "pod 1b2c3d4e-0000-1111-2222-333344445555", "kubernetes")),
+        (RANK, {"TORCHELASTIC_RUN_ID": "r7", "HOSTD_JOB": "llama-70b"}, "/", "x",
+         ("llama-70b", "torchrun r7 restart 0", "hostd")),
+        (Job("torchrun 4000", "data", 0, 4100, True, "t"), {"TORCHELASTIC_RUN_ID": "r7"}, "/",
+         "python", ("r7", "torchrun r7 restart 0", "torchrun")),
+        (Job("torchrun 4000", "launcher", None, 0, False, "t"), {}, "/", "torchrun", None),
+        (None, {"TORCHELASTIC_RUN_ID": "r7"}, "/", "python", None),
+    ],
+)  # fmt: skip
+def test_attempt_of(job, env, cgroup, cmdline, want):
+    got = attempt_of(job, env, cgroup, cmdline)
+    assert (got and (got.job, got.attempt, got.source)) == want
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "want"),
+    [
+        ("python3 train.py --lr 1", "train.py"),
+        ("/opt/conda/bin/python3.11 -u /w/pretrain.py", "pretrain.py"),
+        ("python -m torch_xla.run x", "-m torch_xla.run"),
+        ("/usr/local/bin/megatron-train --cfg a", "megatron-train"),
+        ("", "unnamed"),
+    ],
+)
+def test_command_name(cmdline, want):
+    assert command_name(cmdline) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("12.5 steps/s\n", (12.5, "steps/s")),
+        ("3000\n", (3000.0, "")),
+        ("7 tokens/s extra words\nsecond line", (7.0, "tokens/s")),
+        ("7 <script>\n", (7.0, "")),  # a unit that is no unit is dropped
+        ("", None),
+        ("fast\n", None),
+        ("nan steps/s", None),
+        ("-1 steps/s", None),
+    ],
+)
+def test_parse_throughput(text, want):
+    assert parse_throughput(text) == want
+
+
+def test_halving_a_record_keeps_its_sums():
+    samples = [
+        {"t": float(i), "seconds": 1.0, "gpu_utilization": 0.5 if i % 2 else None,
+         "throughput": float(i),
+         "layers": {"trainer": {"cpu_seconds": 1.0, "wait_seconds": 0.1, "timeslices": 10,
+                                "threads": 3}}}
+        for i in range(5)
+    ]  # fmt: skip
+    out = halve(samples)
+    assert [s["t"] for s in out] == [1.0, 3.0, 4.0]
+    assert sum(s["seconds"] for s in out) == 5.0
+    assert sum(s["layers"]["trainer"]["cpu_seconds"] for s in out) == 5.0
+    assert sum(s["layers"]["trainer"]["timeslices"] for s in out) == 50
+    assert out[0]["throughput"] == 0.5 and out[0]["gpu_utilization"] == 0.5
+    assert out[0]["layers"]["trainer"]["threads"] == 3
+
+
+def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
+    """Two samples of the fixture's torchrun job: one record, its GPUs as DCGM labels them, its
+    CPU and wait per layer; the exporter shows it with job and attempt labels."""
+    tree = host_copy(tmp_path)
+    nvml = json.loads((tree / "nvml.json").read_text())
+    nvml["utilization"] = {str(g["index"]): 0.5 + g["index"] / 100 for g in nvml["gpus"]}
+    (tree / "nvml.json").write_text(json.dumps(nvml))
+    policy = tmp_path / "p.toml"
+    policy.write_text(POLICY)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe", allow_insecure_policy=True)  # fmt: skip
+    agent.exporter.start()
+    try:
+        agent.pass_once()
+
+        def write(run: int, wait: int, slices: int) -> None:
+            for tid, item in agent.inc.classified.items():
+                path = tree / "proc" / str(item.task.pid) / "task" / str(tid) / "schedstat"
+                path.write_text(f"{run} {wait} {slices}\n")
+
+        write(1_000_000, 0, 10)
+        agent.layer_stats.sample()
+        write(3_000_000, 400_000, 14)
+        agent.layer_stats.sample()
+        folder = tmp_path / "s" / "attempts"
+        (path,) = folder.glob("dgx-job-17-*.json")
+        rec = json.loads(path.read_text())
+        assert (rec["job"], rec["attempt"], rec["source"]) == (
+            "dgx-job-17", "torchrun dgx-job-17 restart 0", "torchrun",
+        )  # fmt: skip
+        assert rec["protected"] is False and "observe" in rec["why"]  # observe: nothing changed
+        assert rec["ranks"] == 2 and rec["end"] is None
+        by_minor = {g["minor"]: g for g in nvml["gpus"]}
+        assert [(g["device"], g["UUID"], g["modelName"]) for g in rec["gpus"]] == [
+            (f"nvidia{m}", by_minor[m]["uuid"], by_minor[m]["name"]) for m in (0, 4)
+        ]
+        (sample,) = rec["samples"]
+        job_threads = [
+            c for c in agent.inc.classified.values()
+            if c.task.process.job and c.task.process.job.role != "launcher"
+        ]  # fmt: skip
+        assert sum(v["threads"] for v in sample["layers"].values()) == len(job_threads)
+        cpu = sum(v["cpu_seconds"] for v in sample["layers"].values())
+        assert cpu == pytest.approx(0.002 * len(job_threads))
+        util = [nvml["utilization"][str(by_minor[m]["index"])] for m in (0, 4)]
+        assert sample["gpu_utilization"] == pytest.approx(sum(util) / 2)
+        assert sample["throughput"] is None  # the fixture's job writes none
+        agent.write_status(PassReport(), None, "running")
+        got = scrape(agent.status.last["metrics"])
+        labels = (("attempt", "torchrun dgx-job-17 restart 0"), ("training_job", "dgx-job-17"))
+        assert got[("hostd_job_cpu_seconds_total", labels)] == pytest.approx(cpu)
+        info = dict(next(k for k in got if k[0] == "hostd_job_attempt_info")[1])
+        assert info["protected"] == "false" and info["source"] == "torchrun"
+        gpus = [dict(k[1]) for k in got if k[0] == "hostd_job_gpu_info"]
+        assert {g["device"] for g in gpus} == {"nvidia0", "nvidia4"}
+        assert all(g["UUID"].startswith("GPU-") and g["Hostname"] for g in gpus)
+    finally:
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
+
+
+POLICY = """version = 1
+[metrics]
+address = "127.0.0.1"
+port = 0
+[[layer]]
+name = "trainer"
+comment = "the ranks"
+match = [[{ job_role = "rank" }]]
+sched = { nice = -5 }
+[[layer]]
+name = "rest"
+comment = "the rest"
+match = [[]]
+"""
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_a_throughput_file_is_read_only_when_the_job_owns_it(tmp_path):
+    """Read as the job sees it (/proc/PID/root, /proc/PID/cwd): a file of another user, a link
+    or a FIFO named by the job are never read."""
+    host, me, uid = Host(), os.getpid(), os.geteuid()
+    mine = tmp_path / "rate"
+    mine.write_text("12.5 steps/s\n")
+    text, mtime = host.job_file(me, str(mine), uid)
+    assert text == "12.5 steps/s\n" and mtime == pytest.approx(mine.stat().st_mtime)
+    assert host.job_file(me, str(mine), uid + 1) is None  # owned by someone else
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    assert host.job_file(me, str(link), uid) is None
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert host.job_file(me, str(fifo), uid) is None  # never blocks on it
+    rel = os.path.relpath(mine, os.getcwd())
+    assert host.job_file(me, rel, uid)[0] == "12.5 steps/s\n"  # relative: its working folder
+    assert host.job_file(me, "", uid) is None
+    assert host.job_file(me, str(tmp_path / "missing"), uid) is None
