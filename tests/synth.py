@@ -1,8 +1,10 @@
 """Synthetic topologies and threads for table-driven tests of the pure core.
 
 ``topology("2x8x2", gpus=8)`` builds a Topology value directly (no files): N nodes x C cores x
-T SMT threads, x86 numbering (cpu i and i + ncores are siblings), one LLC per node, GPUs and NICs
-spread evenly over the nodes. ``thread()`` builds Task values with their Process.
+T SMT threads, x86 numbering (cpu i and i + ncores are siblings), one LLC per node (or, with
+``llc_cores=K``, one per K cores of a node, as AMD's CCXs: ``topology("1x32x2", llc_cores=4)``
+has 8 LLCs of 4 cores), GPUs and NICs spread evenly over the nodes. ``thread()`` builds Task
+values with their Process.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def topology(
     irqs_per_nic: int = 4,
     cpufreq: bool = False,
     governors: tuple[str, ...] = ("performance", "powersave"),
+    llc_cores: int | None = None,
 ) -> Topology:
     n_nodes, n_cores, smt = (int(x) for x in shape.split("x"))
     total_cores = n_nodes * n_cores
@@ -42,8 +45,10 @@ def topology(
     for core in range(total_cores):
         node = core // n_cores
         siblings = frozenset(core + t * total_cores for t in range(smt))
+        # an LLC's id is the lowest CPU id sharing it: its first core's
+        llc = min(node_cpus[node]) if llc_cores is None else core - core % n_cores % llc_cores
         for cpu in siblings:
-            cpus[cpu] = Cpu(cpu, node, core, siblings, min(node_cpus[node]), node, freq)
+            cpus[cpu] = Cpu(cpu, node, core, siblings, llc, node, freq)
     nodes = {
         n: Node(n, frozenset(c), tuple(10 if m == n else 21 for m in range(n_nodes)), 1 << 20)
         for n, c in node_cpus.items()

@@ -25,6 +25,7 @@ from hostd.agent.incremental import Incremental
 from hostd.agent.layerstats import LayerStats
 from hostd.agent.lock import AgentError
 from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
+from hostd.agent.sizer import Sizer
 from hostd.agent.sources import Sources
 from hostd.agent.status import StatusFile, document
 from hostd.agent.watch import WatchLoop
@@ -90,6 +91,7 @@ class Agent:
         self.event_lag = Histogram(LAG_BOUNDS)  # new thread's event -> its knobs applied
         self.layer_stats = LayerStats(self)
         self.attempts = Attempts(self, Path(state_dir) / "attempts")
+        self.sizer = Sizer(self)
 
     @property
     def mode(self) -> str:
@@ -120,6 +122,8 @@ class Agent:
         """A full pass: the topology and every thread read again, the whole plan applied."""
         started = time.monotonic()
         loop.hold_cstate(self, not self.disabled)
+        # each layer's CPUs now: a self-sizing layer keeps what it can of them (sticky)
+        current = {lp.name: lp.cpus for lp in self.plan.layers} if self.plan else None
         self.inc.clear()
         if self.disabled:
             self.watcher.reset()  # events change nothing while switched off (no planner)
@@ -135,7 +139,7 @@ class Agent:
         the_plan = plan(
             topo, classified, self.policy, base_affinity=base, exclude_pids=self.exclude,
             allow_rt=self.caps.rt, demoted_sessions=frozenset(watch.demoted),
-            runaways=frozenset(watch.runaways),
+            runaways=frozenset(watch.runaways), sizes=self.sizer.planned(), current=current,
         )  # fmt: skip
         planner = TaskPlanner.for_plan(
             the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude,

@@ -155,8 +155,8 @@ class Incremental:
         total = len(self.topology.online)
         width = smt_width_of(self.topology)
         for lp in self.plan.layers:
-            if lp.kind == "open":
-                continue
+            if lp.kind == "open" or policy.layer(lp.name).self_sizing:
+                continue  # a self-sizing layer's count is the sizer's (hostd.agent.sizer)
             want = layer_want(policy.layer(lp.name), self.layer_counts[lp.name], total, width)
             if want != lp.wanted:
                 wait = GROW_S if want > lp.wanted else SHRINK_S

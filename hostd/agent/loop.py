@@ -105,7 +105,10 @@ def step(agent: Agent) -> None:
     status_due, watch_due = agent.status.due, agent.watcher.next_due()
     relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
     stats_due = agent.layer_stats.due if agent.layer_stats.wanted else due
-    timeout = max(0.0, min(due, status_due, watch_due, relook_due, stats_due) - time.monotonic())
+    sizing_due = agent.sizer.due if agent.sizer.wanted and not agent.disabled else due
+    timeout = max(
+        0.0, min(due, status_due, watch_due, relook_due, stats_due, sizing_due) - time.monotonic()
+    )
     events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
     if sources.stop:
         return
@@ -143,6 +146,9 @@ def step(agent: Agent) -> None:
         agent.watcher.run_due(now)
     if now >= relook_due and agent.cache.unsettled and not agent.disabled:
         agent.relook()
+    if agent.sizer.wanted and now >= agent.sizer.due and not agent.disabled:
+        agent.sizer.tick()  # a resize asks for a re-plan now (inc.replan_due)
+        due, why = next_full(agent)
     if agent.layer_stats.wanted and now >= agent.layer_stats.due and not agent.disabled:
         agent.layer_stats.sample()  # no reads when nobody scrapes or records
     if now >= due:

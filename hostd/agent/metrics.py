@@ -147,6 +147,12 @@ class Collector:
             pressure.add_metric([layer, "some"], value["some"])
             pressure.add_metric([layer, "full"], value["full"])
         yield pressure
+        resizes = CounterMetricFamily(
+            "hostd_layer_resizes", "CPU count changes of a self-sizing layer.", labels=["layer"]
+        )
+        for layer, value in sorted(((st.get("sizing") or {}).get("resizes_total") or {}).items()):
+            resizes.add_metric([layer], value)
+        yield resizes
         waits = HistogramMetricFamily(
             "hostd_layer_wait_per_wakeup_seconds",
             "Run-queue wait per wakeup of a layer's threads (each thread's mean per timeslice "

@@ -79,6 +79,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
         "event_lag": agent.event_lag.doc(),
         "layer_stats": agent.layer_stats.doc(),
         "attempts": agent.attempts.doc(),
+        "sizing": agent.sizer.doc() if agent.policy.self_sizing else None,
         "metrics": (
             f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
             if agent.exporter.address

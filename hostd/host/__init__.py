@@ -28,6 +28,7 @@ from hostd.host.parsers import (
     Schedstat,
     Stat,
     parse_cgroup,
+    parse_cpu_times,
     parse_involuntary,
     parse_io_writes,
     parse_pressure,
@@ -358,6 +359,11 @@ class Host:
             return parse_schedstat(text)
         except ValueError:
             return None
+
+    def cpu_times(self) -> dict[int, tuple[int, int]]:
+        """Each CPU's (busy, total) ticks since boot (/proc/stat); {} where unreadable."""
+        text = self.read_quiet(paths.STAT)
+        return parse_cpu_times(text) if text else {}
 
     def involuntary_switches(self, pid: int, tid: int) -> int | None:
         """How often a thread was switched out while it could still run (preempted), or None."""

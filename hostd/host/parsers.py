@@ -126,6 +126,25 @@ def parse_schedstat(text: str) -> Schedstat:
     return Schedstat(int(fields[0]), int(fields[1]), int(fields[2]))
 
 
+def parse_cpu_times(text: str) -> dict[int, tuple[int, int]]:
+    """Each CPU's (busy, total) ticks since boot from /proc/stat's ``cpuN`` lines: busy is
+    user, nice, system, irq and softirq; total adds idle, iowait and steal (time a hypervisor
+    took is not the CPU's work)."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            if out and not line.startswith("cpu"):
+                break  # the cpuN lines come first, together
+            continue
+        name, *fields = line.split()
+        if not name[3:].isdigit() or len(fields) < 8 or not all(f.isdigit() for f in fields[:8]):
+            continue
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+        busy = user + nice + system + irq + softirq
+        out[int(name[3:])] = (busy, busy + idle + iowait + steal)
+    return out
+
+
 def parse_involuntary(text: str) -> int | None:
     """``nonvoluntary_ctxt_switches`` of a /proc/PID/task/TID/status (its last lines)."""
     at = text.rfind("nonvoluntary_ctxt_switches:")

@@ -42,6 +42,7 @@ DEVICES = "proc/devices"
 CMDLINE = "proc/cmdline"
 CONFIG_GZ = "proc/config.gz"
 INTERRUPTS = "proc/interrupts"
+STAT = "proc/stat"  # per-CPU busy and idle ticks (self-sizing layers' utilisation)
 
 
 def sysctl(name: str) -> str:

@@ -14,6 +14,12 @@ is made:
   (comm threads, data workers, system services) runs there, and a one-CPU pool starved them
   (BENCHMARKS.md, trainer throughput). A layer that gets no CPU says so in its notes and its
   threads use the pool, which is then every CPU on a small host.
+* **Self-sizing layers** (``util = { low, high }``, ``hostd.plan.sizing``): their count is the
+  agent's decision (``sizes``, from the utilisation of their own CPUs), still within what is
+  free and the pool reserve, and their CPUs follow their ``growth`` order: the CPUs they have
+  now (``current``) first, then their LLC, their node, the nearest nodes (``sticky``); whole
+  LLCs (``llc``); spread over the nodes (``node``). Without ``sizes`` a self-sizing layer wants
+  what a static one would.
 * **Which CPUs.** Latency layers (real-time sched or ``irqs = "avoid"``) take whole cores, so no
   other layer's thread shares their core's SMT pipeline; the others take cores whole while they
   can and may split the last one. Cores are taken from the top of a node down, so the pool keeps
@@ -57,6 +63,7 @@ from hostd.plan.cpufreq import plan_cpufreq
 from hostd.plan.cpus import _Allocator, _split, layer_want, pool_reserve, smt_width_of
 from hostd.plan.irq import plan_irqs
 from hostd.plan.numa import _target_node, process_gpu_nodes
+from hostd.plan.sizing import place
 from hostd.plan.threads import TaskPlanner, may_touch
 from hostd.plan.values import (
     NORMAL_POLICIES,
@@ -102,6 +109,8 @@ def plan(
     allow_rt: bool = True,
     demoted_sessions: frozenset[int] = frozenset(),
     runaways: frozenset[tuple[int, int]] = frozenset(),
+    sizes: Mapping[str, int] | None = None,
+    current: Mapping[str, frozenset[int]] | None = None,
 ) -> Plan:
     """Decide the desired state. Pure and deterministic: same inputs, same Plan.
 
@@ -109,7 +118,11 @@ def plan(
     before hostd changed it, by (tid, start_time); defaults to the affinity seen now.
     ``allow_rt`` False (RT throttling is off, or RT is refused here) turns real-time layers into
     SCHED_OTHER at nice -20, with a note. ``demoted_sessions``, ``runaways``: what the agent's
-    watch decided (``hostd.preempt``).
+    watch decided (``hostd.preempt``). ``sizes``: a self-sizing layer's CPU count
+    (``hostd.plan.sizing.decide``), used instead of ``layer_want`` while it has threads, still
+    limited by what is free and the pool reserve; ``current``: each layer's CPUs now, which a
+    self-sizing layer keeps first (``hostd.plan.sizing.place``). Without them, and for layers
+    without ``util``, CPUs are planned as without self-sizing.
     """
     online = topo.online
     total = len(online)
@@ -133,6 +146,7 @@ def plan(
     reserve = pool_reserve(total, policy.pool_min)
     smt_width = smt_width_of(topo)
     gpu_node_weights = Counter(g.node for g in topo.gpus if g.node is not None)
+    now = {name: frozenset(cpus) & online for name, cpus in (current or {}).items()}
     layer_cpus: dict[str, frozenset[int]] = {}
     layer_plans: dict[str, LayerPlan] = {}
     for layer in policy.layers:
@@ -140,13 +154,17 @@ def plan(
             continue
         n = members[layer.name]
         lo = layer.cpus_min.resolve(total)
-        want = layer_want(layer, n, total, smt_width, stats)
+        if layer.self_sizing and sizes is not None and layer.name in sizes:
+            want = max(0, int(sizes[layer.name])) if n else 0
+        else:
+            want = layer_want(layer, n, total, smt_width, stats)
         budget = max(0, len(alloc.free) - reserve)
         layer_notes: list[str] = []
         if want > budget:
             layer_notes.append(f"wanted {want} CPUs, {budget} left")
         count = min(want, budget)
         # Where: a share per node.
+        shares: dict[int, int] | None
         if layer.numa == "gpu-local" and multi_node and gpu_node_weights:
             by_target = Counter(
                 targets.get(item.task.pid)
@@ -155,18 +173,31 @@ def plan(
             )
             weights = by_target or gpu_node_weights
             shares = _split(count, {k: v for k, v in weights.items() if k is not None})
+        elif layer.self_sizing:
+            shares = None  # its growth order says where (hostd.plan.sizing)
         else:
             best = max(topo.nodes, key=lambda nid: (alloc.free_on(nid), -nid))
             shares = {best: count}
         taken: set[int] = set()
-        for nid, share in sorted(shares.items()):
-            taken |= alloc.take(nid, min(share, alloc.free_on(nid)), layer.latency)
-        # A node that ran short: top up from the others, nearest first.
-        for nid in sorted(topo.nodes, key=lambda x: (-alloc.free_on(x), x)):
-            short = count - len(taken)
-            if short <= 0 or len(alloc.free) <= reserve:
-                break
-            taken |= alloc.take(nid, min(short, len(alloc.free) - reserve), layer.latency)
+        if layer.self_sizing:  # the CPUs it has now first, then by its growth order
+            others = frozenset().union(*(c for name, c in now.items() if name != layer.name))
+            taken = set(
+                place(
+                    topo, alloc.free, count, growth=layer.growth, whole_cores=layer.latency,
+                    mine=now.get(layer.name, frozenset()), avoid=others, shares=shares,
+                )
+            )  # fmt: skip
+            alloc.free -= taken
+        else:
+            assert shares is not None
+            for nid, share in sorted(shares.items()):
+                taken |= alloc.take(nid, min(share, alloc.free_on(nid)), layer.latency)
+            # A node that ran short: top up from the others, nearest first.
+            for nid in sorted(topo.nodes, key=lambda x: (-alloc.free_on(x), x)):
+                short = count - len(taken)
+                if short <= 0 or len(alloc.free) <= reserve:
+                    break
+                taken |= alloc.take(nid, min(short, len(alloc.free) - reserve), layer.latency)
         if n and not taken:
             layer_notes.append("got no CPU of its own: its threads use the shared pool")
         elif n and len(taken) < lo:

@@ -54,6 +54,9 @@ IRQ_MODES = ("allow", "avoid")
 GOVERNORS = ("performance", "powersave", "schedutil", "ondemand", "conservative", "userspace")
 EPP_VALUES = ("default", "performance", "balance_performance", "balance_power", "power")
 MODES = ("enforce", "observe")
+# How a self-sizing layer's CPUs grow and shrink (hostd.plan.sizing): keep its CPUs and grow
+# from its own LLC, then node ("sticky"); fill whole LLCs ("llc"); spread over NUMA nodes ("node").
+GROWTH_ORDERS = ("sticky", "llc", "node")
 
 
 # The predicates (hostd.model.predicates), grouped by the argument they take.
@@ -211,6 +214,17 @@ class Layer:
     # (``hostd.preempt``).
     preempt: bool = False
     preemptible: bool = False
+    # ``util = { low, high }``: the band of per-CPU utilisation of the layer's own CPUs it is
+    # sized to (hostd.plan.sizing): above ``high`` it grows, below ``low`` long enough it
+    # shrinks. None: a static layer (``cpus`` and its thread count decide).
+    util_low: float | None = None
+    util_high: float | None = None
+    growth: str = "sticky"  # which CPUs it takes and drops first (GROWTH_ORDERS)
+
+    @property
+    def self_sizing(self) -> bool:
+        """Whether its CPU count follows its measured utilisation (``util``)."""
+        return self.util_low is not None and self.util_high is not None
 
     @property
     def catch_all(self) -> bool:
@@ -257,6 +271,14 @@ class Metrics:
 
 
 @dataclass(frozen=True, slots=True)
+class Sizing:
+    """``[sizing]``: how often self-sizing layers (``util``) are decided (hostd.plan.sizing)."""
+
+    interval: float = 1.0  # seconds between decisions (one utilisation sample each)
+    shrink_after: float = 10.0  # seconds a layer must stay below util.low before it shrinks
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     source: str  # the file path, or "<embedded training.toml>"
     sha256: str
@@ -276,6 +298,7 @@ class Policy:
     preempt: Preempt = field(default_factory=Preempt)  # [preempt]
     guard: Guard = field(default_factory=Guard)  # [guard]
     metrics: Metrics = field(default_factory=Metrics)  # [metrics]
+    sizing: Sizing = field(default_factory=Sizing)  # [sizing]
     # [jobs] protect: whether a job that does not say (HOSTD_PROTECT) gets protected layers
     jobs_protect: bool = True
     # [jobs] record: whether the agent records job attempts for ``hostd report``
@@ -302,6 +325,11 @@ class Policy:
         if not self.preempt.enabled:
             return frozenset()
         return frozenset(ly.name for ly in self.layers if ly.preemptible)
+
+    @property
+    def self_sizing(self) -> tuple[Layer, ...]:
+        """The layers whose CPU count follows their utilisation (``util``), in policy order."""
+        return tuple(ly for ly in self.layers if ly.self_sizing)
 
     @property
     def needs_fds(self) -> bool:
@@ -611,10 +639,43 @@ class _Checker:
             raise self.fail(key, value, "min no larger than max")
         return cpus_min, cpus_max
 
+    def util(self, value: object, kind: str, key: str) -> tuple[float, float]:
+        """``util = { low, high }``: 0 < low < high <= 1 (fractions of the layer's CPUs' time)."""
+        if kind == "open":
+            raise self.fail(
+                key, value, 'no util on an "open" layer (it has no CPUs of its own to size)'
+            )
+        data = self.table(value, key, ("low", "high"))
+        low = self.attempt(
+            self.fraction, data.get("low", 0.5), f"{key}.low", False,
+            "the busy share of its CPUs below which it shrinks",
+        )  # fmt: skip
+        high = self.attempt(
+            self.fraction, data.get("high", 0.8), f"{key}.high", True,
+            "the busy share of its CPUs above which it grows",
+        )  # fmt: skip
+        if low is None or high is None:
+            raise _Skip
+        if low >= high:
+            raise self.fail(key, value, "low below high (a band to stay in, not a point)")
+        return low, high
+
+    def fraction(self, value: object, key: str, one_ok: bool, what: str) -> float:
+        """A fraction above 0 and below 1 (up to 1 with ``one_ok``)."""
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not (0 < value < 1 or (one_ok and value == 1))
+        ):
+            raise self.fail(key, value, f"a fraction in (0, {'1]' if one_ok else '1)'}: {what}")
+        return float(value)
+
     def layer(self, value: object, key: str) -> Layer:
         allowed = (
             "name", "comment", "match", "kind", "cpus", "sched", "numa", "governor",
-            "min_freq", "epp", "irqs", "numa_migrate", "preempt", "preemptible",
+            "min_freq", "epp", "irqs", "numa_migrate", "preempt", "preemptible", "util",
+            "growth",
         )  # fmt: skip
         before = len(self.errors)
         data = self.table(value, key, allowed)
@@ -661,6 +722,12 @@ class _Checker:
             f"{key}.numa_migrate",
             ("move_pages", "migrate_pages"),
         )
+        util = None
+        if "util" in data and kind is not None:
+            util = self.attempt(self.util, data["util"], kind, f"{key}.util")
+        growth = self.attempt(
+            self.choice, data.get("growth", "sticky"), f"{key}.growth", GROWTH_ORDERS
+        )
         preempt = self.attempt(self.boolean, data.get("preempt", False), f"{key}.preempt")
         preemptible = self.attempt(
             self.boolean, data.get("preemptible", False), f"{key}.preemptible"
@@ -693,9 +760,10 @@ class _Checker:
         if len(self.errors) > before:
             raise _Skip
         assert isinstance(name, str) and comment is not None and match is not None
+        low, high = util if util is not None else (None, None)
         layer = Layer(
             name, comment, match, kind, cpus_min, cpus_max, sched, numa, governor, min_freq,
-            epp, irqs, migrate, preempt, preemptible,
+            epp, irqs, migrate, preempt, preemptible, low, high, growth or "sticky",
         )  # fmt: skip
         gives = elevation(layer)
         if gives:
@@ -753,7 +821,7 @@ class _Checker:
             "",
             (
                 "version", "name", "description", "pool_min", "agent", "preempt", "guard",
-                "metrics", "jobs", "layer",
+                "metrics", "sizing", "jobs", "layer",
             ),
         )  # fmt: skip
         if "version" not in data:
@@ -820,6 +888,7 @@ class _Checker:
         preempt = self.attempt(self.preempt_table, data.get("preempt", {}))
         guard = self.attempt(self.guard_table, data.get("guard", {}))
         metrics = self.attempt(self.metrics_table, data.get("metrics", {}))
+        sizing = self.attempt(self.sizing_table, data.get("sizing", {}))
         jobs = self.attempt(self.table, data.get("jobs", {}), "jobs", ("protect", "record")) or {}
         jobs_protect = self.attempt(self.boolean, jobs.get("protect", True), "jobs.protect")
         jobs_record = self.attempt(self.boolean, jobs.get("record", True), "jobs.record")
@@ -833,7 +902,7 @@ class _Checker:
         if self.errors:
             raise PolicyError.all_of(self.errors)
         assert agent is not None and preempt is not None and guard is not None
-        assert metrics is not None
+        assert metrics is not None and sizing is not None
         mode, restore_on_exit, interval, source, rescan, agent_nice, latency = agent
         return Policy(
             source=self.source,
@@ -853,6 +922,7 @@ class _Checker:
             preempt=preempt,
             guard=guard,
             metrics=metrics,
+            sizing=sizing,
             jobs_protect=bool(jobs_protect),
             jobs_record=bool(jobs_record),
             warnings=tuple(self.warnings),
@@ -880,6 +950,19 @@ class _Checker:
             enabled=bool(enabled), address=str(address), port=port or 0,
             sample_interval=every or d.sample_interval,
         )  # fmt: skip
+
+    def sizing_table(self, value: object) -> Sizing:
+        data = self.table(value, "sizing", ("interval", "shrink_after"))
+        d = Sizing()
+        interval = self.number(
+            data.get("interval", d.interval), "sizing.interval", 0.1, 60,
+            "seconds between sizing decisions",
+        )  # fmt: skip
+        shrink_after = self.number(
+            data.get("shrink_after", d.shrink_after), "sizing.shrink_after", interval, 86400,
+            "seconds (at least sizing.interval)",
+        )  # fmt: skip
+        return Sizing(interval=interval, shrink_after=shrink_after)
 
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(

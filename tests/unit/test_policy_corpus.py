@@ -134,7 +134,7 @@ def test_every_error_of_a_file_at_once_with_positions_and_hints(tmp_path: Path) 
         '(did you mean "enforce"?)',
         f"{path}:6:1: layer[0].coment: unknown key (a typo?); expected one of name, comment, "
         "match, kind, cpus, sched, numa, governor, min_freq, epp, irqs, numa_migrate, preempt, "
-        'preemptible (did you mean "comment"?)',
+        'preemptible, util, growth (did you mean "comment"?)',
         f"{path}:4:3: layer[0].comment: expected this key (it is required)",
         f"{path}:7:13: layer[0].match[0][0].comm_prefx: unknown predicate; expected one of "
         + ", ".join((*PREDICATES, "not"))
@@ -142,6 +142,49 @@ def test_every_error_of_a_file_at_once_with_positions_and_hints(tmp_path: Path) 
         f"{path}:7:39: layer[0].match[1][0].job_role: 'ranks': expected a job role: launcher, "
         'rank, data, compile, helper, other (did you mean "rank"?)',
         f"{path}:9:1: layer[0].cpus: {{'min': 2, 'max': 1}}: expected min no larger than max",
+    ]
+
+
+def test_every_sizing_error_at_once(tmp_path: Path) -> None:
+    """Self-sizing keys (util, growth, [sizing]) report like every other key: all at once,
+    each with its position, value, what was expected and what was probably meant."""
+    path = tmp_path / "sizing.toml"
+    path.write_text(
+        "version = 1\n"
+        "[sizing]\n"
+        "interval = 2\n"
+        "shrink_after = 1\n"
+        "shrinkafter = 3\n"
+        "[[layer]]\n"
+        'name = "data"\n'
+        'comment = "loaders"\n'
+        'match = [[{ comm_prefix = "pt_data" }]]\n'
+        'kind = "confined"\n'
+        "util = { low = 0.9, hihg = 0.95 }\n"
+        'growth = "nodes"\n'
+        "[[layer]]\n"
+        'name = "bursty"\n'
+        'comment = "compilers"\n'
+        'match = [[{ comm_prefix = "cc1" }]]\n'
+        "util = { low = 0, high = 2 }\n"
+        "[[layer]]\n"
+        'name = "rest"\n'
+        'comment = "the rest"\n'
+        "match = [[]]\n"
+    )
+    assert _errors(path) == [
+        f"{path}:11:21: layer[0].util.hihg: unknown key (a typo?); expected one of low, high "
+        '(did you mean "high"?)',
+        f"{path}:11:1: layer[0].util: {{'low': 0.9, 'hihg': 0.95}}: expected low below high "
+        "(a band to stay in, not a point)",
+        f'{path}:12:1: layer[0].growth: \'nodes\': expected one of "sticky", "llc", "node" '
+        '(did you mean "node"?)',
+        f"{path}:17:1: layer[1].util: {{'low': 0, 'high': 2}}: expected no util on an \"open\" "
+        "layer (it has no CPUs of its own to size)",
+        f"{path}:5:1: sizing.shrinkafter: unknown key (a typo?); expected one of interval, "
+        'shrink_after (did you mean "shrink_after"?)',
+        f"{path}:4:1: sizing.shrink_after: 1: expected seconds (at least sizing.interval), "
+        "2 to 86400",
     ]
 
 

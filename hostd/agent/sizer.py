@@ -1,0 +1,114 @@
+"""Self-sizing layers, applied: every ``[sizing] interval`` the agent measures each self-sizing
+layer's utilisation and asks ``hostd.plan.sizing.decide`` for its CPU count.
+
+A layer's utilisation over an interval is the busy share of the CPUs it has of its own (from
+``/proc/stat``: one read, whatever the number of threads; kernel threads and interrupts on
+those CPUs count too). When a count changes, ``sizes`` holds the new one, the layer's history
+starts again (its next window is measured at its new size), and a re-plan is asked for now: the
+full pass then plans with ``sizes`` and each layer's present CPUs (``current``: sticky growth),
+journals and applies as every pass does, and the log, ``hostd status`` and the metrics say each
+resize and why. A layer that loses its last thread forgets its size (it starts again at its
+minimum). Nothing is read while the policy has no self-sizing layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from typing import TYPE_CHECKING
+
+from hostd.plan.sizing import Decision, decide, shrink_window
+
+if TYPE_CHECKING:
+    from hostd.agent.core import Agent
+
+log = logging.getLogger("hostd")
+KEEP_RESIZES = 20  # the last resizes the status document shows
+
+
+class Sizer:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.prev: dict[int, tuple[int, int]] = {}  # cpu -> (busy, total) ticks last tick
+        self.history: dict[str, deque[float]] = {}
+        self.sizes: dict[str, int] = {}  # the count each self-sizing layer was given
+        self.resizes: deque[dict] = deque(maxlen=KEEP_RESIZES)
+        self.last: dict[str, Decision] = {}
+        self.due = 0.0
+        self.cost = 0.0  # seconds the last tick took
+        self.count: Counter[str] = Counter()  # resizes since start, by layer
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.agent.policy.self_sizing) and self.agent.plan is not None
+
+    def tick(self) -> None:
+        started = time.monotonic()
+        agent = self.agent
+        sizing = agent.policy.sizing
+        self.due = started + sizing.interval
+        plan, topo = agent.plan, agent.inc.topology
+        if plan is None or topo is None:
+            return
+        times = agent.host.cpu_times()
+        window = shrink_window(sizing) + 1
+        members = agent.inc.layer_counts
+        current: dict[str, int] = {}
+        for layer in agent.policy.self_sizing:
+            lp = next((p for p in plan.layers if p.name == layer.name), None)
+            if lp is None:
+                continue
+            # what it was given last (the pool may have had less: asking again changes nothing)
+            current[layer.name] = self.sizes.get(layer.name, len(lp.cpus))
+            if not members[layer.name]:
+                self.history.pop(layer.name, None)
+                self.sizes.pop(layer.name, None)
+                continue
+            busy = total = 0
+            for cpu in lp.cpus:
+                now, before = times.get(cpu), self.prev.get(cpu)
+                if now is None or before is None:
+                    continue
+                busy += now[0] - before[0]
+                total += now[1] - before[1]
+            hist = self.history.setdefault(layer.name, deque(maxlen=window))
+            if total > 0:
+                hist.append(min(1.0, max(0.0, busy / total)))
+        self.prev = times
+        history = {name: list(h) for name, h in self.history.items()}
+        decisions = decide(agent.policy, topo, history, current, members=members)
+        self.last = decisions
+        changed = [d for d in decisions.values() if d.changed and d.count > 0]
+        for d in changed:
+            self.sizes[d.layer] = d.count
+            self.history.pop(d.layer, None)
+            self.count[d.layer] += 1
+            self.resizes.append({
+                "time": round(time.time(), 3), "layer": d.layer, "from": d.was,
+                "to": d.count, "why": d.why,
+            })  # fmt: skip
+            log.info("resize layer=%s cpus=%d->%d why=%r", d.layer, d.was, d.count, d.why)
+        if changed:
+            agent.inc.replan_due = time.monotonic()
+        self.cost = time.monotonic() - started
+
+    def planned(self) -> dict[str, int]:
+        """The sizes the next plan uses: those of layers that have threads now."""
+        members = self.agent.inc.layer_counts
+        return {name: n for name, n in self.sizes.items() if members[name]}
+
+    def doc(self) -> dict:
+        return {
+            "layers": {
+                name: {
+                    "cpus": d.count,
+                    "why": d.why,
+                    "util": [round(u, 3) for u in self.history.get(name, ())][-10:],
+                }
+                for name, d in self.last.items()
+            },
+            "resizes": list(self.resizes),
+            "resizes_total": dict(self.count),
+            "tick_seconds": round(self.cost, 6),
+        }
