@@ -131,17 +131,21 @@ def parse_cpu_times(text: str) -> dict[int, tuple[int, int]]:
     user, nice, system, irq and softirq; total adds idle, iowait and steal (time a hypervisor
     took is not the CPU's work)."""
     out = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            if out and not line.startswith("cpu"):
+    for line in text.split("\n", 4096):
+        if not line.startswith("cpu"):
+            if out:
                 break  # the cpuN lines come first, together
             continue
-        name, *fields = line.split()
-        if not name[3:].isdigit() or len(fields) < 8 or not all(f.isdigit() for f in fields[:8]):
+        fields = line.split(None, 9)
+        if len(fields) < 9 or fields[0] == "cpu":
             continue
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+        try:
+            cpu = int(fields[0][3:])
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, fields[1:9])
+        except ValueError:
+            continue
         busy = user + nice + system + irq + softirq
-        out[int(name[3:])] = (busy, busy + idle + iowait + steal)
+        out[cpu] = (busy, busy + idle + iowait + steal)
     return out
 
 

@@ -215,3 +215,36 @@ def test_the_doctor_names_the_preemption_model_and_what_to_do(tmp_path, config, 
     assert finding.feature == "preemption" and finding.ok is ok
     assert all(w in finding.detail for w in words), finding.detail
     assert ("sched/preempt" in finding.detail) == ("PREEMPT_DYNAMIC=y" in config)
+
+
+def test_parse_cpu_times():
+    from hostd.host.parsers import parse_cpu_times
+
+    text = (
+        "cpu  10 20 30 40 50 60 70 80 0 0\n"
+        "cpu0 1 2 3 40 5 6 7 8 0 0\n"
+        "cpu1 100 0 50 1000 10 1 2 3 0 0\n"
+        "cpux 1 2 3 4 5 6 7 8\n"  # not a CPU: skipped
+        "cpu2 a b c d e f g h\n"  # garbage: skipped
+        "intr 1 2 3\n"
+        "cpu3 1 1 1 1 1 1 1 1\n"  # after the cpu lines: not read
+    )
+    # busy = user + nice + system + irq + softirq; total adds idle, iowait and steal
+    assert parse_cpu_times(text) == {0: (1 + 2 + 3 + 6 + 7, 19 + 40 + 5 + 8),
+                                     1: (153, 153 + 1000 + 10 + 3)}  # fmt: skip
+    assert parse_cpu_times("") == {}
+
+
+def test_parse_involuntary_and_pressure():
+    from hostd.host.parsers import parse_involuntary, parse_pressure
+
+    status = "Name:\tx\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t12\n"
+    assert parse_involuntary(status) == 12
+    assert parse_involuntary("Name:\tx\n") is None
+    psi = (
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=56\n"
+    )
+    assert parse_pressure(psi) == (1234, 56)
+    assert parse_pressure("some avg10=0.00 total=9\n") == (9, 0)
+    assert parse_pressure("garbage\n") is None
