@@ -13,6 +13,9 @@ a real PyTorch job has (FACTS.md): the launcher ``pt_elastic``, ``gloo_tcp_loop`
 ``pt_gloo_runloop`` comm threads, ``pt_data_worker`` processes, OpenMP workers named like the
 trainer. Where ``HOSTD_THROUGHPUT_FILE`` is set, rank 0 rewrites it every second with its steps/s
 so far (``12.3 steps/s``): the throughput hostd records for the attempt (bench/ab.py).
+``--compile`` compiles the model with torch.compile first (a burst of compiler processes below
+each rank) and ``--spike AT SECONDS`` makes the workers' per-sample work ``--spike-factor``
+times heavier for a while (a data-loader spike): what tools/record_trace.py records.
 """
 
 from __future__ import annotations
@@ -30,34 +33,40 @@ from torch.utils.data import DataLoader, IterableDataset
 VOCAB, SEQ, DIM = 512, 64, 128
 
 
-class RandomTokens(IterableDataset):
-    """Endless random token sequences; each sample costs a little CPU, as decoding does."""
+class Spiky:
+    """Per-sample CPU work, ``factor`` times more between ``spike`` (wall-clock start, end)."""
 
-    def __init__(self, work: int) -> None:
-        self.work = work
+    def __init__(self, work: int, spike: tuple[float, float] | None, factor: float) -> None:
+        self.work, self.spike, self.factor = work, spike, factor
+
+    def cost(self) -> int:
+        if self.spike and self.spike[0] <= time.time() < self.spike[1]:
+            return int(self.work * self.factor)
+        return self.work
+
+
+class RandomTokens(Spiky, IterableDataset):
+    """Endless random token sequences; each sample costs a little CPU, as decoding does."""
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(os.getpid())
         while True:
             x = torch.randint(0, VOCAB, (SEQ + 1,), generator=gen)
             acc = 0
-            for i in range(self.work):  # stand-in for tokenization / augmentation
+            for i in range(self.cost()):  # stand-in for tokenization / augmentation
                 acc = (acc * 31 + i) % 1_000_003
             yield x[:-1], x[1:]
 
 
-class RandomVectors(IterableDataset):
+class RandomVectors(Spiky, IterableDataset):
     """Endless random (input, class) pairs for the MLP, with the same per-sample CPU work."""
-
-    def __init__(self, work: int) -> None:
-        self.work = work
 
     def __iter__(self):
         gen = torch.Generator().manual_seed(os.getpid())
         while True:
             x = torch.randn(MLP_IN, generator=gen)
             acc = 0
-            for i in range(self.work):
+            for i in range(self.cost()):
                 acc = (acc * 31 + i) % 1_000_003
             yield x, torch.randint(0, MLP_OUT, (), generator=gen)
 
@@ -95,6 +104,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     ap.add_argument("--work", type=int, default=2000, help="CPU work per sample in the workers")
     ap.add_argument("--out", default=None, help="also write rank 0's JSON line here")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model first")
+    ap.add_argument(
+        "--spike", type=float, nargs=2, metavar=("AT", "SECONDS"), default=None,
+        help="from AT seconds after start, for SECONDS, the workers' per-sample work is "
+        "--spike-factor times more (a data-loader spike)",
+    )  # fmt: skip
+    ap.add_argument("--spike-factor", type=float, default=8.0)
     ap.add_argument(
         "--device",
         default="cpu",
@@ -114,9 +130,14 @@ def main() -> None:
         torch.cuda.set_device(device)
     net = TinyLM() if args.model == "transformer" else mlp()
     model = nn.parallel.DistributedDataParallel(net.to(device))
+    if args.compile:
+        model = torch.compile(model)  # Inductor: compiler processes below the rank
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
-    data = RandomTokens(args.work) if args.model == "transformer" else RandomVectors(args.work)
+    began = time.time()
+    spike = (began + args.spike[0], began + args.spike[0] + args.spike[1]) if args.spike else None
+    kind = RandomTokens if args.model == "transformer" else RandomVectors
+    data = kind(args.work, spike, args.spike_factor)
     loader = DataLoader(
         data,
         batch_size=args.batch,

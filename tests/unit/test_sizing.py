@@ -613,3 +613,43 @@ def test_replay_through_the_planner_keeps_cpus_sticky():
                 assert old <= new or new <= old, (name, sorted(old), sorted(new))
         now = nxt
     assert moves == {n: changes([JOB_START[n]] + [c[n] for c in counts]) for n in JOB_START}
+
+
+# -- a recorded trace: the trainer benchmark's job with torch.compile and a data spike ---------
+RECORDED = REPO / "tests" / "fixtures" / "traces" / "trainer-compile-spike.json"
+SMALL = """version = 1
+[sizing]
+interval = 1.0
+shrink_after = {after}
+[[layer]]
+name = "trainer"
+comment = "the ranks"
+match = [[{{ job_role = "rank" }}]]
+kind = "grouped"
+cpus = {{ min = 1, max = 2 }}
+util = {{ low = 0.5, high = 0.8 }}
+[[layer]]
+name = "rest"
+comment = "the rest"
+match = [[]]
+"""
+
+
+def test_replay_of_a_recorded_trace_does_not_flap():
+    """Recorded on a 2-CPU host: the ranks busy on 2 CPUs, then compiling (torch.compile) with
+    pauses of up to 4 s, then steady. The trainer grows at once and, with shrink_after = 10 s,
+    rides out the pauses; with 3 s it shrinks in each pause and grows back (it flaps)."""
+    t = json.loads(RECORDED.read_text())
+    assert t["interval_s"] == 1.0 and "recorded" in t["source"]
+    trainer = t["layers"]["trainer"]
+    assert max(trainer) > 1.5 and sum(1 for u in trainer if u < 0.1) >= 5  # busy, with pauses
+    topo = synth.topology("1x2x1")
+    trace = {"interval_s": 1.0, "layers": {"trainer": trainer}}
+    steady = [c["trainer"] for c in replay(parse_policy(SMALL.format(after=10).encode(), "p"),
+                                           topo, trace, {"trainer": 1})]  # fmt: skip
+    first_busy = next(i for i, u in enumerate(trainer) if u > 0.8)
+    assert steady[first_busy] == 2  # grown within the interval it saturated
+    assert changes([1, *steady]) == 1, steady  # and never shrunk in a pause
+    jumpy = [c["trainer"] for c in replay(parse_policy(SMALL.format(after=3).encode(), "p"),
+                                          topo, trace, {"trainer": 1})]  # fmt: skip
+    assert changes([1, *jumpy]) >= 3, jumpy  # the hysteresis is what keeps it still
