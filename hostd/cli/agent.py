@@ -311,7 +311,44 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
         show(table)
     for text in preempt_lines(st.get("preempt") or {}):
         out.print(text)
+    for text in sizing_lines(st.get("sizing")) + attempt_lines(st.get("attempts")):
+        out.print(text)
     raise typer.Exit(code)
+
+
+def sizing_lines(sizing: dict | None, last: int = 5) -> list[str]:
+    """Self-sizing layers: each one's size and why, then the last resizes (``hostd status``,
+    ``hostd top``)."""
+    if not sizing:
+        return []
+    lines = [
+        f"self-sizing {name}: {v['cpus']} CPUs ({v['why']})"
+        for name, v in sorted((sizing.get("layers") or {}).items())
+    ]
+    now = time.time()
+    for r in list(sizing.get("resizes") or ())[-last:]:
+        lines.append(
+            f"  {now - r['time']:.0f}s ago {r['layer']} {r['from']} -> {r['to']} CPUs: {r['why']}"
+        )
+    return lines
+
+
+def attempt_lines(attempts: dict | None) -> list[str]:
+    """The job attempts the agent is recording (``hostd report`` compares them)."""
+    lines = []
+    for a in (attempts or {}).get("live") or ():
+        rate = a.get("throughput")
+        unit = a.get("throughput_unit") or ""
+        lines.append(
+            f"recording job {a['job']} attempt {a['attempt']} "
+            f"({'protected' if a['protected'] else 'not protected'}"
+            + (f", {rate:g} {unit}".rstrip() if rate is not None else "")
+            + ")"
+        )
+    more = ((attempts or {}).get("other") or {}).get("attempts")
+    if more:
+        lines.append(f"recording {more} more attempts")
+    return lines
 
 
 def preempt_lines(pre: dict) -> list[str]:

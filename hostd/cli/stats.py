@@ -22,6 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from hostd.agent.status import read_status
+from hostd.cli.agent import RunOpt, sizing_lines
 from hostd.cli.common import (
     EXIT_FAILURE,
     JsonOpt,
@@ -135,9 +137,11 @@ def top(
     layer: list[str] = LayerOpt,
     count: int = typer.Option(15, "--top", "-n", help="How many of the most-waiting threads."),
     policy: str = PolicyOpt,
+    run_dir: str = RunOpt,
 ) -> None:
     """A live view of the layers and the threads that wait most, refreshed every second (like
-    top); q quits. Read-only: any user may run it."""
+    top), with the running agent's last resizes of self-sizing layers; q quits. Read-only: any
+    user may run it."""
     if not (interval >= 0.1 and math.isfinite(interval)):
         fail(f"--interval {interval:g}: expected at least 0.1 seconds")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -163,8 +167,10 @@ def top(
                                  top=count)  # fmt: skip
                 head = Text(f"hostd top on {snap.topology.hostname or 'this host'}: "
                             f"every {interval:g} s, q quits", style="bold")  # fmt: skip
-                live.update(Group(head, layer_table(pol.name, result), top_table(result)),
-                            refresh=True)  # fmt: skip
+                agent = read_status(run_dir) or {}
+                resized = Text("\n".join(sizing_lines(agent.get("sizing"), last=3)))
+                live.update(Group(head, layer_table(pol.name, result), top_table(result),
+                                  resized), refresh=True)  # fmt: skip
     except KeyboardInterrupt:
         return
     finally:

@@ -171,3 +171,32 @@ def test_a_layer_the_pool_cannot_feed_is_not_asked_for_again(tmp_path):
     finally:
         agent.journal.close()
         agent.status.close()
+
+
+def test_status_and_top_say_each_resize_and_the_attempts():
+    import time
+
+    from hostd.cli.agent import attempt_lines, sizing_lines
+
+    sizing = {
+        "layers": {"data": {"cpus": 4, "why": "grow: 95% busy over 1 s, above 80%", "util": []}},
+        "resizes": [
+            {"time": time.time() - 7, "layer": "data", "from": 2, "to": 4,
+             "why": "grow: 95% busy over 1 s, above 80%"},
+        ],
+        "resizes_total": {"data": 1},
+        "tick_seconds": 0.0001,
+    }  # fmt: skip
+    lines = sizing_lines(sizing)
+    assert lines[0] == "self-sizing data: 4 CPUs (grow: 95% busy over 1 s, above 80%)"
+    assert lines[1].startswith("  7s ago data 2 -> 4 CPUs: grow")
+    assert sizing_lines(None) == []
+    attempts = {
+        "live": [{"job": "llama", "attempt": "slurm 7 restart 0", "protected": False,
+                  "throughput": 12.5, "throughput_unit": "steps/s"}],
+        "other": {"attempts": 3},
+    }  # fmt: skip
+    assert attempt_lines(attempts) == [
+        "recording job llama attempt slurm 7 restart 0 (not protected, 12.5 steps/s)",
+        "recording 3 more attempts",
+    ]
