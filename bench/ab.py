@@ -33,6 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+import scan as scanbench  # noqa: E402  (bench/scan.py: write_section)
+
 from hostd.demo import AgentProc, Contention, kill_session  # noqa: E402
 from hostd.report import compare, load_attempts, render_html, save_figure, summarise  # noqa: E402
 
@@ -119,17 +122,6 @@ def section(runs: list[dict], comparison: dict, summaries: list[dict], args) -> 
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
-    doc = path.read_text() if path.exists() else ""
-    if SECTION in doc:
-        head, _, rest = doc.partition(SECTION)
-        nxt = rest.find("\n## ")
-        doc = head + text + (rest[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    path.write_text(doc)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", required=True, help="an interpreter with torch")
@@ -168,7 +160,7 @@ def main() -> None:
         if args.picture:
             save_figure(comparison, args.picture)
         if args.write:
-            write_section(args.write, section(runs, comparison, summaries, args))
+            scanbench.write_section(args.write, section(runs, comparison, summaries, args), SECTION)
 
 
 if __name__ == "__main__":

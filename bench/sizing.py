@@ -26,6 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(REPO / "bench"))
+import scan as scanbench  # noqa: E402  (bench/scan.py: write_section)
+
 from hostd.classify import Classified  # noqa: E402
 from hostd.host.parsers import parse_cpu_times  # noqa: E402
 from hostd.plan import plan  # noqa: E402
@@ -177,14 +180,7 @@ def write(path: Path, r: dict) -> None:
         "(issue 20, item 6) is what removes that cost.",
         "",
     ])  # fmt: skip
-    doc = path.read_text() if path.exists() else ""
-    if SECTION in doc:
-        head, _, rest = doc.partition(SECTION)
-        nxt = rest.find("\n## ")
-        doc = head + text + (rest[nxt + 1 :] if nxt >= 0 else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    path.write_text(doc)
+    scanbench.write_section(path, text, SECTION)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from hostd.agent import Agent
 from hostd.host import Host
@@ -17,6 +15,7 @@ from hostd.model.attempts import attempt_of, command_name, halve, parse_throughp
 from hostd.model.jobs import Job
 from hostd.reconcile import PassReport
 from tests.fakes import FakeCalls, host_copy
+from tests.unit.test_metrics import scrape
 
 RANK = Job("torchrun 4000", "rank", 0, 4100, True, "test")
 POD = (
@@ -178,16 +177,6 @@ name = "rest"
 comment = "the rest"
 match = [[]]
 """
-
-
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_a_throughput_file_is_read_only_when_the_job_owns_it(tmp_path):
