@@ -4,8 +4,9 @@
 ``Attempts.add``; ``Attempts.close`` then adds, per live attempt (``hostd.model.attempts``), one
 sample: per layer its threads' CPU seconds, run-queue wait seconds, timeslices and thread count,
 its GPUs' utilisation (NVML) and the throughput the job reports (``HOSTD_THROUGHPUT_FILE``, read
-only if the job's user owns the file and it changed in the last minute), and rewrites that
-attempt's file whole. An attempt seen in no sample is over: its ``end`` is written.
+only if the job's user owns the file and it changed in the last minute). Its file is rewritten
+whole after its first samples, then at most once a minute (a crash loses at most that), and
+when it ends: an attempt seen in no sample is over, and its ``end`` is written.
 
 A record says whether the attempt was **protected**: hostd enforced its policy and the
 attempt's threads were in a layer that protects (real-time, a negative nice, a heavier session,
@@ -42,6 +43,7 @@ MAX_SAMPLES = 2048
 MAX_FILES = 256
 MAX_LABELLED = 8
 STALE_S = 60.0  # a throughput file older than this says nothing
+WRITE_EVERY_S = 60.0  # a live record's file is rewritten at most this often (and at its end)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -58,6 +60,7 @@ class Live:
     acc: dict[str, list] = field(default_factory=dict)
     minors: set[int] = field(default_factory=set)
     throughput: tuple[int, str, int] | None = None  # (pid, path, uid) of a throughput file
+    written: float = 0.0  # when its file was last written (time.time())
     cpu_total: float = 0.0  # seconds, over the record
     wait_total: float = 0.0
 
@@ -148,7 +151,8 @@ class Attempts:
             rec["samples"].append(sample)
             if len(rec["samples"]) > MAX_SAMPLES:
                 rec["samples"] = halve(rec["samples"])
-            self._write(item)
+            if len(rec["samples"]) <= 2 or now - item.written >= WRITE_EVERY_S:
+                self._write(item)
         alive = {(p.pid, p.start_time) for p in self.agent.cache.procs.values()}
         self._who = {k: v for k, v in self._who.items() if k in alive}
 
@@ -227,6 +231,7 @@ class Attempts:
         return parsed[0]
 
     def _write(self, item: Live) -> None:
+        item.written = time.time()
         item.record["ranks"] = max(item.record["ranks"], self._ranks(item))
         if self.broken:
             return
