@@ -5,10 +5,9 @@ keeping its CPUs (sticky); the status document and the log say why."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
+import hostd.agent.sizer
 from hostd.agent import Agent
 from hostd.host import Host
 from hostd.reconcile import PassReport
@@ -66,25 +65,17 @@ def data_cpus(agent: Agent) -> frozenset[int]:
     return next(lp.cpus for lp in agent.plan.layers if lp.name == "data")
 
 
-class Lines(logging.Handler):
-    """The hostd logger's lines (whatever logging other tests set up)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.fixture
-def hostd_log():
-    log, lines, level = logging.getLogger("hostd"), Lines(), logging.getLogger("hostd").level
-    log.addHandler(lines)
-    log.setLevel(logging.INFO)
-    yield lines.lines
-    log.removeHandler(lines)
-    log.setLevel(level)
+def hostd_log(monkeypatch):
+    """The lines the sizer logs (its logger's, whatever other tests did to logging)."""
+    lines: list[str] = []
+
+    class Log:
+        def info(self, msg: str, *args: object) -> None:
+            lines.append(msg % args)
+
+    monkeypatch.setattr(hostd.agent.sizer, "log", Log())
+    return lines
 
 
 def test_an_idle_layer_shrinks_later_and_a_saturated_one_grows_at_once(sized, hostd_log):
