@@ -82,7 +82,8 @@ def _time_order(attempt: dict) -> tuple[float, str]:
 def load_attempts(folder: str | Path) -> tuple[list[dict], list[str]]:
     """The attempt records in ``folder`` (``*.json``), in time order, and one warning per file
     skipped (not JSON, not a ``hostd.attempt/1`` record, no job). A folder that does not exist
-    holds none; one that cannot be read is a ``ReportError``."""
+    holds none; one that cannot be read is a ``ReportError``. Records of one job name but of
+    several users (``uid``) are set apart per user."""
     folder = Path(folder)
     try:
         paths = sorted(p for p in folder.iterdir() if p.suffix == ".json")
@@ -111,6 +112,14 @@ def load_attempts(folder: str | Path) -> tuple[list[dict], list[str]]:
         if _text(doc.get("attempt")) is None:
             doc = {**doc, "attempt": path.stem}
         attempts.append(doc)
+    # A job's name is its user's to write: where users share one, each user's attempts are a
+    # job of their own ("llama (uid 1000)"), so that nobody's runs count in another's A/B.
+    users: dict[str, set] = {}
+    for doc in attempts:
+        users.setdefault(doc["job"], set()).add(doc.get("uid"))
+    for i, doc in enumerate(attempts):
+        if len(users[doc["job"]]) > 1:
+            attempts[i] = {**doc, "job": f"{doc['job']} (uid {doc.get('uid')})"}
     attempts.sort(key=_time_order)
     return attempts, warnings
 

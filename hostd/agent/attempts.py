@@ -3,16 +3,19 @@
 ``LayerStats.sample`` hands every classified thread's change since the last sample to
 ``Attempts.add``; ``Attempts.close`` then adds, per live attempt (``hostd.model.attempts``), one
 sample: per layer its threads' CPU seconds, run-queue wait seconds, timeslices and thread count,
-its GPUs' utilisation (NVML) and the throughput the job reports (``HOSTD_THROUGHPUT_FILE``, read
-only if the job's user owns the file and it changed in the last minute). Its file is rewritten
-whole after its first samples, then at most once a minute (a crash loses at most that), and
-when it ends: an attempt seen in no sample is over, and its ``end`` is written.
+its GPUs' utilisation (NVML) and the throughput the job reports (``HOSTD_THROUGHPUT_FILE``,
+read only as ``Host.job_file`` allows: the job's user's own file, changed in the last minute).
+Its file is rewritten whole after its first samples, then at most once a minute (a crash loses
+at most that), and when it ends: an attempt seen in no sample is over, and its ``end`` is written.
 
-A record says whether the attempt was **protected**: hostd enforced its policy and the
+An attempt is its user's: the environment that names it is the user's to write, so processes
+of another uid with the same names make a record of their own (``uid`` in the record and the
+metrics). A record says whether the attempt was **protected**: hostd enforced its policy and the
 attempt's threads were in a layer that protects (real-time, a negative nice, a heavier session,
 preemption). Bounded: at most ``MAX_SAMPLES`` samples per record (then neighbours are merged,
-halving the resolution), at most ``MAX_FILES`` records (the oldest ended ones go), at most
-``MAX_LABELLED`` attempts labelled in the metrics (the rest are counted under ``job="other"``).
+halving the resolution), at most ``MAX_FILES`` records (when one more begins, those written
+longest ago go), at most ``MAX_LABELLED`` attempts labelled in the metrics (the rest are
+counted under ``training_job="other"``).
 A thread is counted from its first sample (the kernel's counters run from its start); one that
 lived between two samples is not seen.
 """
@@ -59,7 +62,7 @@ class Live:
     # this sample: layer -> [cpu s, wait s, timeslices, threads]
     acc: dict[str, list] = field(default_factory=dict)
     minors: set[int] = field(default_factory=set)
-    throughput: tuple[int, str, int] | None = None  # (pid, path, uid) of a throughput file
+    throughput: tuple[int, str] | None = None  # (pid, path) of a throughput file
     written: float = 0.0  # when its file was last written (time.time())
     cpu_total: float = 0.0  # seconds, over the record
     wait_total: float = 0.0
@@ -68,17 +71,19 @@ class Live:
 class Attempts:
     def __init__(self, agent: Agent, folder: Path) -> None:
         self.agent, self.folder = agent, folder
-        self.live: dict[str, Live] = {}  # attempt -> its record
+        # (uid, attempt) -> its record: the environment that names an attempt is the user's to
+        # write, so one user's processes never join another user's attempt
+        self.live: dict[tuple[int, str], Live] = {}
         self._fd: int | None = None
         self._who: dict[tuple[int, int], Identity | None] = {}  # process -> its attempt
         self.broken = ""  # why records cannot be written ("" while they can)
-        self._seen: set[str] = set()  # attempts seen in this sample
+        self._seen: set[tuple[int, str]] = set()  # attempts seen in this sample
 
     def begin(self) -> None:
         for item in self.live.values():
             item.acc = {}
             item.pids = set()
-        self._seen: set[str] = set()
+        self._seen = set()
 
     def identity(self, task: Task) -> Identity | None:
         proc = task.process
@@ -92,10 +97,11 @@ class Attempts:
         ident = self.identity(task)
         if ident is None:
             return
-        item = self.live.get(ident.attempt)
+        key = (task.uid, ident.attempt)
+        item = self.live.get(key)
         if item is None:
-            item = self._open(ident, task)
-        self._seen.add(ident.attempt)
+            item = self._open(key, ident, task)
+        self._seen.add(key)
         acc = item.acc.setdefault(layer, [0.0, 0.0, 0, 0])
         acc[0] += d_run / 1e9
         acc[1] += d_wait / 1e9
@@ -107,7 +113,7 @@ class Attempts:
             item.minors.update(proc.nvidia_minors)
             path = dict(proc.env).get("HOSTD_THROUGHPUT_FILE")
             if path and item.throughput is None:
-                item.throughput = (proc.pid, path, task.uid)
+                item.throughput = (proc.pid, path)
         if layer in self.agent.classifier.protects and self.agent.mode == "enforce":
             item.protected_seen = True
 
@@ -116,13 +122,13 @@ class Attempts:
         and the end of those not seen."""
         now = time.time()
         util: dict[int, float] | None = None  # asked once, the first time a GPU is found
-        for attempt, item in list(self.live.items()):
+        for key, item in list(self.live.items()):
             rec = item.record
-            if attempt not in self._seen:
+            if key not in self._seen:
                 rec["end"] = rec["samples"][-1]["t"] if rec["samples"] else now
                 self._write(item)
-                del self.live[attempt]
-                log.info("attempt over job=%r attempt=%r", rec["job"], attempt)
+                del self.live[key]
+                log.info("attempt over job=%r attempt=%r", rec["job"], rec["attempt"])
                 continue
             rec["protected"] = rec["protected"] or item.protected_seen
             if item.protected_seen:
@@ -156,7 +162,7 @@ class Attempts:
         alive = {(p.pid, p.start_time) for p in self.agent.cache.procs.values()}
         self._who = {k: v for k, v in self._who.items() if k in alive}
 
-    def _open(self, ident: Identity, task: Task) -> Live:
+    def _open(self, key: tuple[int, str], ident: Identity, task: Task) -> Live:
         why = self.agent.classifier.unwanted(task) or (
             "hostd only observed (mode = observe)" if self.agent.mode != "enforce" else
             "its threads were in no protecting layer"
@@ -167,6 +173,7 @@ class Attempts:
             "job": ident.job,
             "attempt": ident.attempt,
             "source": ident.source,
+            "uid": key[0],
             "host": socket.gethostname(),
             "protected": False,
             "why": why,
@@ -180,9 +187,9 @@ class Attempts:
             "samples": [],
         }
         stem = _SAFE.sub("_", ident.job)[:48] or "job"
-        digest = hashlib.sha256(f"{ident.attempt}\0{record['start']}".encode()).hexdigest()[:12]
+        digest = hashlib.sha256(f"{key}\0{record['start']}".encode()).hexdigest()[:12]
         item = Live(ident, f"{stem}-{digest}.json", record)
-        self.live[ident.attempt] = item
+        self.live[key] = item
         log.info("attempt job=%r attempt=%r source=%s", ident.job, ident.attempt, ident.source)
         return item
 
@@ -219,8 +226,8 @@ class Attempts:
     def _throughput(self, item: Live, now: float) -> float | None:
         if item.throughput is None:
             return None
-        pid, path, uid = item.throughput
-        got = self.agent.host.job_file(pid, path, uid)
+        pid, path = item.throughput
+        got = self.agent.host.job_file(pid, path)
         if got is None or now - got[1] > STALE_S:
             return None
         parsed = parse_throughput(got[0])
@@ -231,14 +238,15 @@ class Attempts:
         return parsed[0]
 
     def _write(self, item: Live) -> None:
-        item.written = time.time()
+        first, item.written = not item.written, time.time()
         item.record["ranks"] = max(item.record["ranks"], self._ranks(item))
         if self.broken:
             return
         try:
             if self._fd is None:
                 self._fd = open_dir(self.folder, 0o700)
-                self._prune()
+            if first:
+                self._prune()  # one record more: room for it
             write_atomic(self._fd, item.name, json.dumps(item.record).encode(), 0o600)
         except (OSError, UnsafeDir) as exc:
             self.broken = str(exc)
@@ -277,6 +285,7 @@ class Attempts:
             live.append({
                 "job": rec["job"],
                 "attempt": rec["attempt"],
+                "uid": rec["uid"],
                 "source": rec["source"],
                 "protected": rec["protected"],
                 "start": rec["start"],

@@ -151,6 +151,7 @@ def step(agent: Agent) -> None:
         due, why = next_full(agent)
     if agent.layer_stats.wanted and now >= agent.layer_stats.due and not agent.disabled:
         agent.layer_stats.sample()  # no reads when nobody scrapes or records
+        agent.write_status(PassReport(), None, state="running")  # what it found, said now
     if now >= due:
         full(agent, why)
     elif now >= status_due:

@@ -232,33 +232,33 @@ def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:
     live = attempts.get("live") or []
     info = InfoMetricFamily(
         "hostd_job_attempt", "A job attempt hostd records: its source and whether protected.",
-        labels=["training_job", "attempt"],
+        labels=["training_job", "attempt", "uid"],
     )  # fmt: skip
     gpus = InfoMetricFamily(
         "hostd_job_gpu", "A GPU a job attempt uses, labelled as DCGM's exporter labels it.",
-        labels=["training_job", "attempt", "gpu", "UUID", "device", "modelName", "Hostname"],
+        labels=["training_job", "attempt", "uid", "gpu", "UUID", "device", "modelName", "Hostname"],
     )  # fmt: skip
     cpu = CounterMetricFamily(
         "hostd_job_cpu_seconds",
         "CPU time of a job attempt's threads.",
-        labels=["training_job", "attempt"],
+        labels=["training_job", "attempt", "uid"],
     )
     wait = CounterMetricFamily(
         "hostd_job_runqueue_wait_seconds",
         "Time a job attempt's threads were runnable but waited for a CPU.",
-        labels=["training_job", "attempt"],
+        labels=["training_job", "attempt", "uid"],
     )
     util = GaugeMetricFamily(
         "hostd_job_gpu_utilization_ratio",
         "Mean utilisation of a job attempt's GPUs over the last sample (NVML).",
-        labels=["training_job", "attempt"],
+        labels=["training_job", "attempt", "uid"],
     )
     rate = GaugeMetricFamily(
         "hostd_job_throughput", "The throughput a job attempt reports (HOSTD_THROUGHPUT_FILE).",
-        labels=["training_job", "attempt", "unit"],
+        labels=["training_job", "attempt", "uid", "unit"],
     )  # fmt: skip
     for a in live:
-        labels = [a["job"], a["attempt"]]
+        labels = [a["job"], a["attempt"], str(a["uid"])]
         info.add_metric(labels, {"source": a["source"], "protected": str(a["protected"]).lower()})
         for g in a.get("gpus") or ():
             gpus.add_metric(
@@ -272,8 +272,8 @@ def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:
             rate.add_metric([*labels, a.get("throughput_unit") or ""], a["throughput"])
     other = attempts.get("other") or {}
     if other.get("attempts"):
-        cpu.add_metric(["other", "other"], other["cpu_seconds"])
-        wait.add_metric(["other", "other"], other["wait_seconds"])
+        cpu.add_metric(["other", "other", ""], other["cpu_seconds"])
+        wait.add_metric(["other", "other", ""], other["wait_seconds"])
     yield from (info, gpus, cpu, wait, util, rate)
 
 

@@ -376,12 +376,14 @@ class Host:
         text = self.read_quiet(f"{cgroup_dir.strip('/')}/cpu.pressure")
         return parse_pressure(text) if text else None
 
-    def job_file(self, pid: int, path: str, uid: int) -> tuple[str, float] | None:
+    def job_file(self, pid: int, path: str) -> tuple[str, float] | None:
         """(The start of, when it last changed) a file a job names in its environment
         (``HOSTD_THROUGHPUT_FILE``), read as the job sees it (its root, its working folder), or
-        None. hostd reads as root and the name is the user's to write: only a regular file that
-        ``uid`` (the job's) owns is read, without following a link at its last step, never
-        blocking, at most 4 KiB."""
+        None. hostd reads as root and the name is the user's to write, so the kernel decides
+        whose it may be: only a regular file owned by the process's user, and only while that
+        process runs with one identity (real, effective, saved and filesystem uid the same: a
+        set-uid program started with a user's environment is refused), is read, without
+        following a link at its last step, never blocking, at most 4 KiB."""
         if not path or "\0" in path:
             return None
         base = paths.proc(pid, "root") if path.startswith("/") else paths.proc(pid, "cwd")
@@ -392,13 +394,22 @@ class Host:
             return None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
-                return None
+            if not stat.S_ISREG(st.st_mode) or self._one_uid(pid) != st.st_uid:
+                return None  # the process's identity is read after the open: it cannot race it
             return os.read(fd, _READ_CHUNK).decode("utf-8", "replace"), st.st_mtime
         except OSError:
             return None
         finally:
             os.close(fd)
+
+    def _one_uid(self, pid: int) -> int | None:
+        """The uid a process runs as when its real, effective, saved and filesystem uids agree
+        (/proc/PID/status "Uid:"), else None."""
+        for line in (self.read_quiet(paths.proc(pid, "status")) or "").splitlines():
+            if line.startswith("Uid:"):
+                uids = set(line.split()[1:5])
+                return int(uids.pop()) if len(uids) == 1 else None
+        return None
 
     def thread_state(self, pid: int, tid: int) -> str | None:
         """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""

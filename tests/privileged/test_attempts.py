@@ -1,7 +1,8 @@
 """The agent records job attempts for real (root: it runs for real): a driver runs attempts of a
 busy job one after another, half opted out (HOSTD_PROTECT=0); each leaves a record saying
 whether it was protected, its per-layer CPU and wait over time and the throughput it wrote. A
-job run by another user cannot make hostd read a file that user does not own."""
+job run by another user cannot make hostd read a file that user does not own, nor join root's
+attempts under the same names."""
 
 from __future__ import annotations
 
@@ -142,15 +143,18 @@ def test_attempts_are_recorded_protected_or_not(tmp_path):
     assert all(s["throughput"] is None for s in nobody["samples"]), nobody["samples"]
     assert nobody["throughput_unit"] is None
     assert oct(folder.stat().st_mode & 0o777) == "0o700"
-    # hostd report on these records: two attempts in each arm, a verdict, a page
+    assert {r["uid"] for r in records.values()} == {0, 65534}
+    # hostd report on these records: the nobody attempt is another user's, so a job of its own
+    # (a job's name is the user's to write); root's three make the A/B, on their throughput
     page = tmp_path / "report.html"
     got = subprocess.run([HOSTD, "report", "--dir", str(folder), "--json"],
                          capture_output=True, text=True, check=True)  # fmt: skip
-    (comparison,) = json.loads(got.stdout)["comparisons"]
-    assert comparison["job"] == "ab-test"
-    assert {a["protected"]: a["recorded"] for a in comparison["arms"]} == {True: 2, False: 2}
-    # the nobody attempt reported no throughput: attempts are compared on how long they took
-    assert comparison["measure"]["name"] == "duration" and comparison["verdict"]
+    comparisons = {c["job"]: c for c in json.loads(got.stdout)["comparisons"]}
+    assert sorted(comparisons) == ["ab-test (uid 0)", "ab-test (uid 65534)"]
+    comparison = comparisons["ab-test (uid 0)"]
+    assert {a["protected"]: a["recorded"] for a in comparison["arms"]} == {True: 2, False: 1}
+    assert comparison["measure"]["name"] == "throughput" and comparison["verdict"]
+    assert comparisons["ab-test (uid 65534)"]["ab"] is None  # one arm: no A/B
     out = subprocess.run([HOSTD, "report", "--dir", str(folder), "-o", str(page)],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert comparison["verdict"] in out.stdout and comparison["verdict"] in page.read_text()

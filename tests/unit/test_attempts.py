@@ -126,36 +126,49 @@ def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
         write(3_000_000, 400_000, 14)
         agent.layer_stats.sample()
         folder = tmp_path / "s" / "attempts"
-        (path,) = folder.glob("dgx-job-17-*.json")
-        rec = json.loads(path.read_text())
-        assert (rec["job"], rec["attempt"], rec["source"]) == (
-            "dgx-job-17", "torchrun dgx-job-17 restart 0", "torchrun",
-        )  # fmt: skip
-        assert rec["protected"] is False and "observe" in rec["why"]  # observe: nothing changed
-        assert rec["ranks"] == 2 and rec["end"] is None
+        # the fixture's two ranks run as uid 1000 (GPU 0) and root (GPU 4): an attempt is its
+        # user's (the environment that names it is the user's to write), so two records
+        records = {}
+        for path in folder.glob("dgx-job-17-*.json"):
+            rec = json.loads(path.read_text())
+            records[rec["uid"]] = rec
+        assert sorted(records) == [0, 1000]
         by_minor = {g["minor"]: g for g in nvml["gpus"]}
-        assert [(g["device"], g["UUID"], g["modelName"]) for g in rec["gpus"]] == [
-            (f"nvidia{m}", by_minor[m]["uuid"], by_minor[m]["name"]) for m in (0, 4)
-        ]
-        (sample,) = rec["samples"]
         job_threads = [
             c for c in agent.inc.classified.values()
             if c.task.process.job and c.task.process.job.role != "launcher"
         ]  # fmt: skip
-        assert sum(v["threads"] for v in sample["layers"].values()) == len(job_threads)
-        cpu = sum(v["cpu_seconds"] for v in sample["layers"].values())
-        assert cpu == pytest.approx(0.002 * len(job_threads))
-        util = [nvml["utilization"][str(by_minor[m]["index"])] for m in (0, 4)]
-        assert sample["gpu_utilization"] == pytest.approx(sum(util) / 2)
-        assert sample["throughput"] is None  # the fixture's job writes none
+        for uid, minor in ((1000, 0), (0, 4)):
+            rec = records[uid]
+            assert (rec["job"], rec["attempt"], rec["source"]) == (
+                "dgx-job-17", "torchrun dgx-job-17 restart 0", "torchrun",
+            )  # fmt: skip
+            assert rec["protected"] is False and "observe" in rec["why"]  # observe: no change
+            assert rec["ranks"] == 1 and rec["end"] is None
+            g = by_minor[minor]
+            assert [(x["device"], x["UUID"], x["modelName"]) for x in rec["gpus"]] == [
+                (f"nvidia{minor}", g["uuid"], g["name"])
+            ]
+            (sample,) = rec["samples"]
+            mine = [c for c in job_threads if c.task.uid == uid]
+            assert sum(v["threads"] for v in sample["layers"].values()) == len(mine)
+            cpu = sum(v["cpu_seconds"] for v in sample["layers"].values())
+            assert cpu == pytest.approx(0.002 * len(mine))
+            util = nvml["utilization"][str(g["index"])]
+            assert sample["gpu_utilization"] == pytest.approx(util)
+            assert sample["throughput"] is None  # the fixture's job writes none
         agent.write_status(PassReport(), None, "running")
         got = scrape(agent.status.last["metrics"])
-        labels = (("attempt", "torchrun dgx-job-17 restart 0"), ("training_job", "dgx-job-17"))
-        assert got[("hostd_job_cpu_seconds_total", labels)] == pytest.approx(cpu)
-        info = dict(next(k for k in got if k[0] == "hostd_job_attempt_info")[1])
-        assert info["protected"] == "false" and info["source"] == "torchrun"
+        for uid in (0, 1000):
+            labels = (("attempt", "torchrun dgx-job-17 restart 0"), ("training_job", "dgx-job-17"),
+                      ("uid", str(uid)))  # fmt: skip
+            cpu = sum(v["cpu_seconds"] for v in records[uid]["samples"][0]["layers"].values())
+            assert got[("hostd_job_cpu_seconds_total", labels)] == pytest.approx(cpu)
+        infos = [dict(k[1]) for k in got if k[0] == "hostd_job_attempt_info"]
+        assert len(infos) == 2
+        assert all(i["protected"] == "false" and i["source"] == "torchrun" for i in infos)
         gpus = [dict(k[1]) for k in got if k[0] == "hostd_job_gpu_info"]
-        assert {g["device"] for g in gpus} == {"nvidia0", "nvidia4"}
+        assert {(g["device"], g["uid"]) for g in gpus} == {("nvidia0", "1000"), ("nvidia4", "0")}
         assert all(g["UUID"].startswith("GPU-") and g["Hostname"] for g in gpus)
     finally:
         agent.exporter.stop()
@@ -180,21 +193,80 @@ match = [[]]
 
 
 def test_a_throughput_file_is_read_only_when_the_job_owns_it(tmp_path):
-    """Read as the job sees it (/proc/PID/root, /proc/PID/cwd): a file of another user, a link
-    or a FIFO named by the job are never read."""
-    host, me, uid = Host(), os.getpid(), os.geteuid()
+    """Read as the job sees it (/proc/PID/root, /proc/PID/cwd): a link or a FIFO named by the
+    job, or a file its user does not own, are never read."""
+    host, me = Host(), os.getpid()
     mine = tmp_path / "rate"
     mine.write_text("12.5 steps/s\n")
-    text, mtime = host.job_file(me, str(mine), uid)
+    text, mtime = host.job_file(me, str(mine))
     assert text == "12.5 steps/s\n" and mtime == pytest.approx(mine.stat().st_mtime)
-    assert host.job_file(me, str(mine), uid + 1) is None  # owned by someone else
     link = tmp_path / "link"
     link.symlink_to(mine)
-    assert host.job_file(me, str(link), uid) is None
+    assert host.job_file(me, str(link)) is None
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert host.job_file(me, str(fifo), uid) is None  # never blocks on it
+    assert host.job_file(me, str(fifo)) is None  # never blocks on it
     rel = os.path.relpath(mine, os.getcwd())
-    assert host.job_file(me, rel, uid)[0] == "12.5 steps/s\n"  # relative: its working folder
-    assert host.job_file(me, "", uid) is None
-    assert host.job_file(me, str(tmp_path / "missing"), uid) is None
+    assert host.job_file(me, rel)[0] == "12.5 steps/s\n"  # relative: its working folder
+    assert host.job_file(me, "") is None
+    assert host.job_file(me, str(tmp_path / "missing")) is None
+    if os.geteuid() == 0:
+        os.chown(mine, 12345, 12345)
+        assert host.job_file(me, str(mine)) is None  # owned by another user
+
+
+@pytest.mark.parametrize(
+    ("uids", "owner_is_user", "read"),
+    [
+        ("U U U U", True, True),
+        ("U U U U", False, False),  # the file is another user's
+        ("U O O O", True, False),  # a set-uid program started with the user's environment
+        ("U U U O", True, False),  # a filesystem uid of its own
+    ],
+)
+def test_whose_file_the_kernel_says(tmp_path, uids, owner_is_user, read):
+    """On a tree: the process's four uids (/proc/PID/status) must agree and own the file."""
+    root = os.geteuid() == 0
+    user = 1000 if root else os.geteuid()  # the file's owner
+    proc = tmp_path / "proc" / "77"
+    (proc / "root" / "job").mkdir(parents=True)
+    status = uids.replace("U", str(user)).replace("O", str(user + 1)).replace(" ", "\t")
+    (proc / "status").write_text(f"Name:\tpython3\nUid:\t{status}\nGid:\t0\t0\t0\t0\n")
+    rate = proc / "root" / "job" / "rate"
+    rate.write_text("3 steps/s\n")
+    if root:
+        os.chown(rate, user if owner_is_user else user + 1, 0)
+    elif not owner_is_user:
+        pytest.skip("needs root to give the file to another user")
+    got = Host(tmp_path).job_file(77, "/job/rate")
+    assert (got is not None and got[0] == "3 steps/s\n") == read
+
+
+def test_old_records_make_room_for_new_ones(tmp_path, monkeypatch):
+    """At most MAX_FILES records: each new one removes those written longest ago."""
+    import hostd.agent.attempts as attempts_mod
+
+    monkeypatch.setattr(attempts_mod, "MAX_FILES", 3)
+    tree = host_copy(tmp_path)
+    folder = tmp_path / "s" / "attempts"
+    folder.mkdir(parents=True, mode=0o700)
+    for i in range(5):
+        old = folder / f"old-{i}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.pass_once()
+        for tid, item in agent.inc.classified.items():
+            path = tree / "proc" / str(item.task.pid) / "task" / str(tid) / "schedstat"
+            path.write_text("1000 0 1\n")
+        agent.layer_stats.sample()
+        agent.layer_stats.sample()  # the fixture's job: two new records (one per user)
+    finally:
+        agent.journal.close()
+        agent.status.close()
+    names = sorted(p.name for p in folder.glob("*.json"))
+    assert len(names) == 3, names
+    assert sum(n.startswith("dgx-job-17-") for n in names) == 2
+    assert "old-4.json" in names  # the newest old one stays

@@ -397,3 +397,21 @@ def test_cli_no_attempts(tmp_path):
     result = hostd("report", "--state-dir", str(tmp_path))
     assert result.exit_code == 1
     assert str(tmp_path / "attempts") in result.stderr and "A/B rollout" in result.stderr
+
+
+def test_users_of_one_job_name_are_set_apart(tmp_path):
+    """A job name is its user's to write: records of one name but two users are two jobs."""
+    for name, uid in (("a1", 1000), ("a2", 1000), ("b1", 2000)):
+        rec = record(name, True, throughput=10.0)
+        rec["uid"] = uid
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec))
+    attempts, warnings = load_attempts(tmp_path)
+    assert not warnings
+    assert sorted({a["job"] for a in attempts}) == [
+        "trainer-ab (uid 1000)", "trainer-ab (uid 2000)",
+    ]  # fmt: skip
+    same = tmp_path / "same"
+    same.mkdir()
+    for name in ("a1", "a2"):
+        (same / f"{name}.json").write_text(json.dumps({**record(name, True), "uid": 1000}))
+    assert {a["job"] for a in load_attempts(same)[0]} == {"trainer-ab"}  # one user: as named
