@@ -21,7 +21,7 @@ from hostd import knobkinds, knobs
 from hostd.agent import loop
 from hostd.agent.attempts import Attempts
 from hostd.agent.events import Batch
-from hostd.agent.incremental import Incremental
+from hostd.agent.incremental import HOST_PREFIXES, Incremental
 from hostd.agent.layerstats import LayerStats
 from hostd.agent.lock import AgentError
 from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
@@ -37,7 +37,15 @@ from hostd.journal import JournalError, base_affinities, open_checked, read_boot
 from hostd.model.cpus import parse_cpulist
 from hostd.plan import Plan, TaskPlanner, plan
 from hostd.policy import PolicyError, load_checked
-from hostd.reconcile import Observed, PassReport, desired_state, reconcile, restore, task_records
+from hostd.reconcile import (
+    Observed,
+    PassReport,
+    desired_state,
+    reconcile,
+    restore,
+    restore_keys,
+    task_records,
+)
 from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, UnsafeDir, open_dir, owned_file
 from hostd.tasks import TaskCache
 from hostd.topology import read_topology
@@ -168,16 +176,21 @@ class Agent:
         if exited and self.mode == "enforce":  # close their journal records
             self.journal.done(task_records(self.journal, [t.key for t in exited]))
         items = inc.classify(touched.values(), self.classifier, self.exclude)
+        first = PassReport()
+        if inc.check_sizes(self.policy, self.sizer.planned()):
+            first = self.relayer("grow", inc.why)  # a layer's first member: its CPUs first
+            done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
+            items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
         with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
             report = self.reconcile(
                 want, Observed(item.task for item in items), only=[i.task.key for i in items]
             )
+        report.results[:0] = first.results
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
         self._lag(events, report)
-        inc.check_sizes(self.policy, self.last_full, self.full_cost)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
@@ -186,6 +199,58 @@ class Agent:
             )  # fmt: skip
         loop.log_problems(report)
         return report
+
+    def relayer(self, reason: str, why: str = "") -> PassReport:
+        """Plan the layers' CPUs again alone (``Incremental.relayer``) and write what must change
+        now: hostd's cpusets and the threads of the layers whose CPUs moved. The pool's threads
+        follow a few at a time (``redo``)."""
+        started = time.monotonic()
+        relayed = self.inc.relayer(self.policy, self.sizer.planned())
+        if relayed is None:
+            return PassReport()
+        want, items, moved = relayed
+        want.update(self.inc.decide(items, self.base_affinity))
+        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
+            report = self.reconcile(
+                want, Observed(item.task for item in items), only=[i.task.key for i in items]
+            )
+        self.counters["relayers"] += 1
+        self.counters.update(r.outcome for r in report.results)
+        log.info(
+            "relayer reason=%s%s %s decided=%d later=%s seconds=%.4f %s", reason,
+            f" {why}" if why else "", moved, len(items),
+            ",".join(sorted(self.inc.redo_layers)) or "-", time.monotonic() - started,
+            " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
+        )  # fmt: skip
+        loop.log_problems(report)
+        self.write_status(PassReport(), None, state="running")  # the layers' new CPUs, said now
+        return report
+
+    def redo(self, count: int) -> None:
+        """After a re-layer: the IRQ and cpufreq knobs, then up to ``count`` of the threads that
+        use the pool, decided again with the new planner."""
+        inc = self.inc
+        host, inc.redo_host = inc.redo_host, None
+        if host is not None:
+            report = self.reconcile(host, {}, only=())
+            if self.mode == "enforce":  # those the layers no longer want: back to originals
+                stale = [
+                    k for k in self.journal.recorded()
+                    if k.startswith(HOST_PREFIXES) and k not in host
+                ]  # fmt: skip
+                report.results += restore_keys(self.host, self.journal, stale)
+            self.counters.update(r.outcome for r in report.results)
+            loop.log_problems(report)
+            return
+        items = inc.take_redo(count)
+        want = inc.decide(items, self.base_affinity)
+        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
+            report = self.reconcile(
+                want, Observed(item.task for item in items), only=[i.task.key for i in items]
+            )
+        self.counters["redone"] += len(items)
+        self.counters.update(r.outcome for r in report.results)
+        loop.log_problems(report)
 
     def relook(self) -> None:
         """Classify and apply again the unnamed job threads whose activity now says more (an

@@ -4,17 +4,23 @@ A full pass sets ``plan`` (every layer's CPUs), ``planner`` (``hostd.plan.TaskPl
 thread's knobs from that plan) and what every thread was classified as. An event pass then
 ``classify``-es just the threads its events name (keeping the per-layer counts), ``decide``-s
 them with the same planner and applies the difference: milliseconds, however many threads the
-host has. Two things it leaves for later:
+host has. Three things it does apart:
 
+* a layer whose CPU count changes (its first member, its last one gone, a resize by the sizer):
+  ``relayer`` plans the layers' CPUs again from their members alone (``hostd.plan.layers``), with
+  a new planner, and gives back the knobs to write now (the cpusets, the members of the layers
+  whose CPUs changed); the threads that only use the shared pool, which may be most of the host,
+  wait in ``redo`` and are decided again a few at a time (``take_redo``), as are the IRQs and
+  cpufreq settings. A layer grows at once (``check_sizes``), and gives CPUs back only after its
+  count stayed lower for ``[sizing] shrink_after`` (a short-lived matching process must not make
+  the host flap);
 * joining a cpuset (``pending``): it takes the cgroup core's thread-group lock for writing,
   which waits out every fork in flight (milliseconds per thread in a thread storm); a new
   thread's affinity already keeps it on its layer's CPUs, so it joins a moment later, when no
   event waits (``take_joins``). Going back home from a hostd cpuset cannot wait: its affinity
   would not fit the cpuset it is in;
-* a layer whose CPU share changes because events moved threads into or out of it
-  (``check_sizes``): a full re-plan soon, at most one per 20 times a full pass's cost; a layer
-  that grew within a second, one that shrank after 30 s (a short-lived matching process must
-  not make the host flap).
+* what the kernel and the planner of a full pass know better (a topology change, a cpuset no
+  layer uses any more): the next full pass.
 """
 
 from __future__ import annotations
@@ -25,22 +31,26 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from hostd import knobkinds, knobs
 from hostd.agent.events import Batch
 from hostd.classify import Classified, Classifier
 from hostd.host.syscalls import POLICY_NUMBERS
-from hostd.model.cpus import home_of, parse_cpulist
+from hostd.model.cpus import format_cpulist, home_of, parse_cpulist
 from hostd.model.tasks import Task
 from hostd.model.topology import Topology
 from hostd.plan import NumaPlan, Plan, TaskPlan, TaskPlanner, layer_want, may_touch, smt_width_of
+from hostd.plan.cpufreq import plan_cpufreq
+from hostd.plan.irq import plan_irqs
+from hostd.plan.layers import plan_cpusets, plan_layers
+from hostd.plan.numa import _target_node
 from hostd.policy import Policy
-from hostd.reconcile import PassReport, desired_for_tasks
+from hostd.reconcile import PassReport, desired_for_tasks, desired_state
 from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
-GROW_S, SHRINK_S = 1.0, 30.0  # how soon a layer that grew / shrank is planned again
-REPLAN_COST = 20  # at most one re-plan per this many times a full pass's cost
+HOST_PREFIXES = ("irq/", "cpu/")  # host knobs a re-layer leaves for ``take_redo``
 
 
 class Incremental:
@@ -51,7 +61,15 @@ class Incremental:
         self.planner: TaskPlanner | None = None
         self.classified: dict[int, Classified] = {}
         self.layer_counts: Counter[str] = Counter()
-        self.replan_due: float | None = None  # monotonic time of a full re-plan, if one is due
+        # threads hostd may touch, per layer (the plan's count), and their tids in the layers
+        # that have CPUs of their own
+        self.counts: Counter[str] = Counter()
+        self.members: dict[str, set[int]] = {}
+        self.shrink_due: float | None = None  # monotonic time a layer gives CPUs back
+        self.why = ""  # what the last check_sizes found, in words
+        self.redo: list[int] = []  # threads to decide again after a re-layer (tids)
+        self.redo_layers: set[str] = set()  # layers whose threads all go in ``redo``
+        self.redo_host: dict | None = None  # the IRQ and cpufreq knobs a re-layer wants
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value).
         self.pending: dict[str, tuple[object, str, object]] = {}
@@ -60,7 +78,9 @@ class Incremental:
         """Before a full pass: the last pass's per-thread state goes before the next one's is
         built, not after (at 100k threads holding both was the agent's peak memory)."""
         self.plan, self.planner, self.classified = None, None, {}
-        self.replan_due = None
+        self.members, self.counts = {}, Counter()
+        self.shrink_due, self.redo, self.redo_host = None, [], None
+        self.redo_layers = set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
 
     def start(
@@ -71,6 +91,19 @@ class Incremental:
         # counted as the read-only commands count: every thread but hostd's own
         me = os.getpid()
         self.layer_counts = Counter(c.layer for c in items if c.task.pid != me)
+        self.members = {ly.name: set() for ly in planner.layers.values() if ly.kind != "open"}
+        for c in items:
+            self._count(c, 1)
+
+    def _count(self, item: Classified, delta: int) -> None:
+        """Count a thread hostd may touch in (or out of) its layer."""
+        assert self.planner is not None
+        if not may_touch(item, self.planner.layers, self.planner.exclude_pids):
+            return
+        self.counts[item.layer] += delta
+        tids = self.members.get(item.layer)
+        if tids is not None:
+            (tids.add if delta > 0 else tids.discard)(item.task.tid)
 
     def drop(self, tid: int, cached: bool = True) -> Task | None:
         """Forget an exited thread everywhere (``cached``: the cache still holds it)."""
@@ -78,6 +111,7 @@ class Incremental:
         item = self.classified.pop(tid, None)
         if item is not None:
             self.layer_counts[item.layer] -= 1
+            self._count(item, -1)
             task = task or item.task
         if task is not None and self.planner is not None:
             self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
@@ -108,9 +142,11 @@ class Incremental:
             old = self.classified.get(task.tid)
             if old is not None:
                 self.layer_counts[old.layer] -= 1
+                self._count(old, -1)
                 if old.layer != item.layer:
                     self.planner.forget(task.key)
             self.layer_counts[item.layer] += 1
+            self._count(item, 1)
             self.classified[task.tid] = item
             if may_touch(item, layers, exclude):
                 items.append(item)
@@ -148,23 +184,115 @@ class Incremental:
         joins = {k: p[0] for k, p in zip(keys, pending, strict=True)}
         return joins, {p[1]: p[2] for p in pending if p[2] is not None}
 
-    def check_sizes(self, policy: Policy, last_full: float, full_cost: float) -> None:
-        """When events changed a layer's CPU share, set ``replan_due``."""
-        if self.plan is None or self.topology is None or self.replan_due is not None:
-            return
+    def check_sizes(self, policy: Policy, sizes: dict[str, int]) -> bool:
+        """Whether a layer's CPU count must change now (True: it grows, ``relayer`` now; ``why``
+        says which). A layer that wants fewer sets ``shrink_due``, cleared when none does."""
+        if self.plan is None or self.topology is None:
+            return False
         total = len(self.topology.online)
         width = smt_width_of(self.topology)
+        shrink = ""
         for lp in self.plan.layers:
-            if lp.kind == "open" or policy.layer(lp.name).self_sizing:
-                continue  # a self-sizing layer's count is the sizer's (hostd.agent.sizer)
-            want = layer_want(policy.layer(lp.name), self.layer_counts[lp.name], total, width)
-            if want != lp.wanted:
-                wait = GROW_S if want > lp.wanted else SHRINK_S
-                self.replan_due = max(
-                    time.monotonic(), last_full + max(wait, REPLAN_COST * full_cost)
-                )
-                log.info("replan layer=%s wanted=%d now=%d", lp.name, lp.wanted, want)
-                return
+            if lp.kind == "open":
+                continue
+            layer, n = policy.layer(lp.name), self.counts[lp.name]
+            if layer.self_sizing and n and lp.name in sizes:
+                want = sizes[lp.name]  # the sizer's count (hostd.agent.sizer)
+            else:
+                want = layer_want(layer, n, total, width)
+            if want > lp.wanted:
+                self.why = f"layer={lp.name} threads={n} wanted={lp.wanted}->{want}"
+                return True
+            if want < lp.wanted and not shrink:
+                shrink = f"layer={lp.name} threads={n} wanted={lp.wanted}->{want}"
+        if not shrink:
+            self.shrink_due = None
+        elif self.shrink_due is None:
+            self.shrink_due = time.monotonic() + policy.sizing.shrink_after
+            self.why = shrink
+        return False
+
+    def relayer(
+        self, policy: Policy, sizes: dict[str, int]
+    ) -> tuple[dict, list[Classified], str] | None:
+        """Plan the layers' CPUs again from their members now, keeping every other decision.
+
+        Returns the knobs to write now (hostd's cpusets), the threads of the layers whose CPUs
+        changed, to decide now, and what moved, in words; the threads that use the pool, and the
+        IRQ and cpufreq knobs, wait in ``redo``/``redo_host``. None when no CPUs move.
+        """
+        old, topo, planner = self.plan, self.topology, self.planner
+        assert old is not None and topo is not None and planner is not None
+        self.shrink_due = None
+        targets: dict[str, Counter[int]] = {}
+        for name, tids in self.members.items():
+            if planner.layers[name].numa == "gpu-local":
+                for tid in tids:  # a new member's process may not have its target yet
+                    process = self.classified[tid].task.process
+                    if process.pid not in planner.targets:
+                        planner.targets[process.pid] = _target_node(topo, process)
+                nodes = (planner.targets[self.classified[t].task.pid] for t in tids)
+                targets[name] = Counter(n for n in nodes if n is not None)
+        current = {lp.name: lp.cpus for lp in old.layers}
+        layer_plans, pool = plan_layers(
+            topo, policy, self.counts, targets, sizes=sizes, current=current
+        )
+        layer_cpus = {n: lp.cpus for n, lp in layer_plans.items() if lp.kind != "open"}
+        moved = {n for n, cpus in layer_cpus.items() if cpus != current.get(n)}
+        if pool != old.pool:  # every layer whose threads may use the pool
+            moved |= {
+                ly.name for ly in policy.layers if ly.kind != "confined" or not layer_cpus[ly.name]
+            }
+        if not moved:
+            self.plan = replace(old, layers=tuple(layer_plans.values()))
+            return None
+        homes: dict[str, set[str]] = {}
+        for name, tids in self.members.items():
+            for tid in tids:
+                cpuset = self.classified[tid].task.process.cpuset
+                if cpuset:
+                    homes.setdefault(name, set()).add(home_of(cpuset))
+        groups = plan_cpusets(topo, policy, layer_cpus, pool, homes)
+        scratch: list[str] = []  # the full pass's notes stay those of the full pass
+        self.plan = replace(
+            old,
+            pool=pool,
+            layers=tuple(layer_plans.values()),
+            tasks=(),  # the full pass's per-thread decisions; since then, the planner's
+            irqs=tuple(sorted(plan_irqs(topo, policy, layer_cpus, scratch), key=lambda p: p.irq)),
+            cpufreq=tuple(plan_cpufreq(topo, policy, layer_cpus, scratch)),
+            cpusets=tuple(groups[path] for path in sorted(groups)),
+        )
+        new = TaskPlanner(
+            topo, policy, layer_cpus, pool, groups.values(), allow_rt=planner.allow_rt,
+            exclude_pids=planner.exclude_pids, demoted=planner.demoted,
+            runaways=planner.runaways,
+        )  # fmt: skip
+        new.targets, new.numa_done = planner.targets, planner.numa_done
+        new.cpuset_pids, new.rt_holders = planner.cpuset_pids, planner.rt_holders
+        self.planner = new
+        host = desired_state(replace(self.plan, numa=()), ())
+        self.redo_host = {k: v for k, v in host.items() if k.startswith(HOST_PREFIXES)}
+        want = {k: v for k, v in host.items() if not k.startswith(HOST_PREFIXES)}
+        now = [self.classified[t] for n in sorted(moved) for t in self.members.get(n, ())]
+        # the open layers' threads (maybe most of the host): listed at the first take_redo
+        self.redo_layers |= {n for n in moved if n not in self.members}
+        moved_cpus = " ".join(
+            f"{n}={format_cpulist(layer_cpus[n]) or '-'}" for n in sorted(moved & set(layer_cpus))
+        )
+        said = f"{moved_cpus} pool={format_cpulist(pool)}".strip()
+        return want, now, said
+
+    def take_redo(self, count: int) -> list[Classified]:
+        """Up to ``count`` threads a re-layer left to decide again (those still here)."""
+        if self.redo_layers:
+            later, self.redo_layers = self.redo_layers, set()
+            self.redo += [tid for tid, c in self.classified.items() if c.layer in later]
+        take, self.redo = self.redo[-count:], self.redo[:-count]
+        assert self.planner is not None
+        layers, exclude = self.planner.layers, self.planner.exclude_pids
+        items = (self.classified.get(tid) for tid in take)
+        return [c for c in items if c is not None and may_touch(c, layers, exclude)]
 
     def note_applied(self, report: PassReport) -> None:
         """Keep the cached threads true to what was just written, so that the next event pass

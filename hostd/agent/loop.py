@@ -4,10 +4,11 @@
 until a signal stops it; at the end it restores everything hostd changed (unless the policy
 says ``restore_on_exit = false``). A step handles, in this order: a reload (SIGHUP), a switch
 (SIGUSR1), device events (a full pass with the topology read again), thread events (an event
-pass; a lost event means a full pass), waiting cpuset joins while no event waits, the watch,
-a second look at unnamed job threads whose activity is not yet plain (``Agent.relook``, once a
-second), and the timers: the drift rescan (or, without events, the poll), a due re-plan, and the
-status file at most once a second.
+pass, which re-layers first when a layer gains its first member; a lost event means a full
+pass), waiting cpuset joins and, after a re-layer, the pool's threads, while no event waits, a
+layer due to give CPUs back, the watch, a second look at unnamed job threads whose activity is
+not yet plain (``Agent.relook``, once a second), the sizer (a resize re-layers), and the timers:
+the drift rescan (or, without events, the poll) and the status file at most once a second.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
+REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 
 
 def run(agent: Agent, once: bool = False) -> PassReport:
@@ -84,9 +86,6 @@ def next_full(agent: Agent) -> tuple[float, str]:
     else:
         every = max(agent.policy.rescan_interval, DRIFT_COST * agent.full_cost)
         due, why = agent.last_full + every, "drift"
-    replan = agent.inc.replan_due
-    if replan is not None and replan < due:
-        due, why = replan, "replan"
     return due, why
 
 
@@ -106,10 +105,14 @@ def step(agent: Agent) -> None:
     relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
     stats_due = agent.layer_stats.due if agent.layer_stats.wanted else due
     sizing_due = agent.sizer.due if agent.sizer.wanted and not agent.disabled else due
+    shrink_due = agent.inc.shrink_due or due
     timeout = max(
-        0.0, min(due, status_due, watch_due, relook_due, stats_due, sizing_due) - time.monotonic()
+        0.0,
+        min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due)
+        - time.monotonic(),
     )
-    events_ready, devices_ready = sources.wait(0.0 if agent.inc.pending else timeout)
+    busy = agent.inc.pending or agent.inc.redo or agent.inc.redo_layers or agent.inc.redo_host
+    events_ready, devices_ready = sources.wait(0.0 if busy else timeout)
     if sources.stop:
         return
     if sources.reload:
@@ -137,18 +140,28 @@ def step(agent: Agent) -> None:
             log.exception("event pass failed; a full pass follows")
             return full(agent, "recovery")
     # A few joins at a time, and only while no event waits: each can block for milliseconds
-    # while threads are being created.
+    # while threads are being created. Then, after a re-layer, the pool's threads.
+    inc = agent.inc
     deadline = time.monotonic() + JOIN_BUDGET_S
-    while agent.inc.pending and not sources.events_waiting() and time.monotonic() < deadline:
+    while inc.pending and not sources.events_waiting() and time.monotonic() < deadline:
         agent.join_cpusets(4)
+    deadline = time.monotonic() + REDO_BUDGET_S
+    while (
+        (inc.redo or inc.redo_layers or inc.redo_host)
+        and not sources.events_waiting()
+        and time.monotonic() < deadline
+    ):
+        agent.redo(64)
     now = time.monotonic()
+    if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
+        agent.relayer("shrink", inc.why)
     if now >= watch_due and not agent.disabled:
         agent.watcher.run_due(now)
     if now >= relook_due and agent.cache.unsettled and not agent.disabled:
         agent.relook()
-    if agent.sizer.wanted and now >= agent.sizer.due and not agent.disabled:
-        agent.sizer.tick()  # a resize asks for a re-plan now (inc.replan_due)
-        due, why = next_full(agent)
+    sizer = agent.sizer
+    if sizer.wanted and now >= sizer.due and not agent.disabled and sizer.tick():
+        agent.relayer("resize")  # a layer's count changed
     if agent.layer_stats.wanted and now >= agent.layer_stats.due and not agent.disabled:
         agent.layer_stats.sample()  # no reads when nobody scrapes or records
         agent.write_status(PassReport(), None, state="running")  # what it found, said now

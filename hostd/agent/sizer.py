@@ -4,9 +4,10 @@ layer's utilisation and asks ``hostd.plan.sizing.decide`` for its CPU count.
 A layer's utilisation over an interval is the busy share of the CPUs it has of its own (from
 ``/proc/stat``: one read, whatever the number of threads; kernel threads and interrupts on
 those CPUs count too). When a count changes, ``sizes`` holds the new one, the layer's history
-starts again (its next window is measured at its new size), and a re-plan is asked for now: the
-full pass then plans with ``sizes`` and each layer's present CPUs (``current``: sticky growth),
-journals and applies as every pass does, and the log, ``hostd status`` and the metrics say each
+starts again (its next window is measured at its new size), and the agent re-layers now
+(``hostd.agent.incremental``: the layers' CPUs planned again with ``sizes`` and each layer's
+present CPUs, ``current``: sticky growth; the layer's threads written at once, the pool's a few
+at a time), journaled as every change is; the log, ``hostd status`` and the metrics say each
 resize and why. A layer that loses its last thread forgets its size (it starts again at its
 minimum). Nothing is read while the policy has no self-sizing layer.
 """
@@ -43,14 +44,15 @@ class Sizer:
     def wanted(self) -> bool:
         return bool(self.agent.policy.self_sizing) and self.agent.plan is not None
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One interval: True when a layer's count changed (the agent re-layers now)."""
         started = time.monotonic()
         agent = self.agent
         sizing = agent.policy.sizing
         self.due = started + sizing.interval
         plan, topo = agent.plan, agent.inc.topology
         if plan is None or topo is None:
-            return
+            return False
         times = agent.host.cpu_times()
         window = shrink_window(sizing) + 1
         members = agent.inc.layer_counts
@@ -89,9 +91,8 @@ class Sizer:
                 "to": d.count, "why": d.why,
             })  # fmt: skip
             log.info("resize layer=%s cpus=%d->%d why=%r", d.layer, d.was, d.count, d.why)
-        if changed:
-            agent.inc.replan_due = time.monotonic()
         self.cost = time.monotonic() - started
+        return bool(changed)
 
     def planned(self) -> dict[str, int]:
         """The sizes the next plan uses: those of layers that have threads now."""

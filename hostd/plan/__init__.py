@@ -57,13 +57,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from hostd.classify import Classified
-from hostd.model.cpus import CPUSET_ROOT, home_of, v2_group
+from hostd.model.cpus import home_of
 from hostd.model.topology import Topology
 from hostd.plan.cpufreq import plan_cpufreq
-from hostd.plan.cpus import _Allocator, _split, layer_want, pool_reserve, smt_width_of
+from hostd.plan.cpus import layer_want, pool_reserve, smt_width_of
 from hostd.plan.irq import plan_irqs
+from hostd.plan.layers import plan_cpusets, plan_layers
 from hostd.plan.numa import _target_node, process_gpu_nodes
-from hostd.plan.sizing import place
 from hostd.plan.threads import TaskPlanner, may_touch
 from hostd.plan.values import (
     NORMAL_POLICIES,
@@ -125,10 +125,8 @@ def plan(
     without ``util``, CPUs are planned as without self-sizing.
     """
     online = topo.online
-    total = len(online)
     notes: list[str] = list(topo.notes)
     layers = {ly.name: ly for ly in policy.layers}
-    multi_node = len(topo.nodes) > 1
 
     # Which threads hostd may touch, and who is in each layer.
     touchable = [item for item in classified if may_touch(item, layers, exclude_pids)]
@@ -141,109 +139,23 @@ def plan(
         if pid not in targets and layers[item.layer].numa == "gpu-local":
             targets[pid] = _target_node(topo, item.task.process)
 
-    # CPUs per layer.
-    alloc = _Allocator(topo)
-    reserve = pool_reserve(total, policy.pool_min)
-    smt_width = smt_width_of(topo)
-    gpu_node_weights = Counter(g.node for g in topo.gpus if g.node is not None)
-    now = {name: frozenset(cpus) & online for name, cpus in (current or {}).items()}
-    layer_cpus: dict[str, frozenset[int]] = {}
-    layer_plans: dict[str, LayerPlan] = {}
-    for layer in policy.layers:
-        if layer.kind == "open":
-            continue
-        n = members[layer.name]
-        lo = layer.cpus_min.resolve(total)
-        if layer.self_sizing and sizes is not None and layer.name in sizes:
-            want = max(0, int(sizes[layer.name])) if n else 0
-        else:
-            want = layer_want(layer, n, total, smt_width, stats)
-        budget = max(0, len(alloc.free) - reserve)
-        layer_notes: list[str] = []
-        if want > budget:
-            layer_notes.append(f"wanted {want} CPUs, {budget} left")
-        count = min(want, budget)
-        # Where: a share per node.
-        shares: dict[int, int] | None
-        if layer.numa == "gpu-local" and multi_node and gpu_node_weights:
-            by_target = Counter(
-                targets.get(item.task.pid)
-                for item in touchable
-                if item.layer == layer.name and targets.get(item.task.pid) is not None
-            )
-            weights = by_target or gpu_node_weights
-            shares = _split(count, {k: v for k, v in weights.items() if k is not None})
-        elif layer.self_sizing:
-            shares = None  # its growth order says where (hostd.plan.sizing)
-        else:
-            best = max(topo.nodes, key=lambda nid: (alloc.free_on(nid), -nid))
-            shares = {best: count}
-        taken: set[int] = set()
-        if layer.self_sizing:  # the CPUs it has now first, then by its growth order
-            others = frozenset().union(*(c for name, c in now.items() if name != layer.name))
-            taken = set(
-                place(
-                    topo, alloc.free, count, growth=layer.growth, whole_cores=layer.latency,
-                    mine=now.get(layer.name, frozenset()), avoid=others, shares=shares,
-                )
-            )  # fmt: skip
-            alloc.free -= taken
-        else:
-            assert shares is not None
-            for nid, share in sorted(shares.items()):
-                taken |= alloc.take(nid, min(share, alloc.free_on(nid)), layer.latency)
-            # A node that ran short: top up from the others, nearest first.
-            for nid in sorted(topo.nodes, key=lambda x: (-alloc.free_on(x), x)):
-                short = count - len(taken)
-                if short <= 0 or len(alloc.free) <= reserve:
-                    break
-                taken |= alloc.take(nid, min(short, len(alloc.free) - reserve), layer.latency)
-        if n and not taken:
-            layer_notes.append("got no CPU of its own: its threads use the shared pool")
-        elif n and len(taken) < lo:
-            layer_notes.append(f"got {len(taken)} CPUs, below its min of {lo}")
-        layer_cpus[layer.name] = frozenset(taken)
-        layer_plans[layer.name] = LayerPlan(
-            name=layer.name,
-            kind=layer.kind,
-            cpus=frozenset(taken),
-            mems=frozenset(topo.cpus[c].node for c in taken),
-            threads=n,
-            wanted=want,
-            notes=tuple(layer_notes),
-        )
-    pool = frozenset(alloc.free)
-    pool_mems = frozenset(topo.cpus[c].node for c in pool)
-    for layer in policy.layers:
-        if layer.kind == "open":
-            layer_plans[layer.name] = LayerPlan(
-                layer.name, "open", frozenset(), pool_mems, members[layer.name], 0
-            )
-
-    # cpusets: hostd-owned cgroups for layers with CPUs of their own, holding what their threads
-    # may use: one per layer on v1, one per layer and home cgroup on v2 (hostd.cpuset.cgroup).
+    # CPUs per layer (hostd.plan.layers), then hostd's cpusets holding them.
+    by_target: dict[str, Counter[int]] = {}
+    for item in touchable:
+        node = targets.get(item.task.pid)
+        if node is not None:
+            by_target.setdefault(item.layer, Counter())[node] += 1
+    layer_plans, pool = plan_layers(
+        topo, policy, members, by_target, stats=stats, sizes=sizes, current=current
+    )
+    layer_cpus = {name: lp.cpus for name, lp in layer_plans.items() if lp.kind != "open"}
+    homes: dict[str, set[str]] = {}
+    for item in touchable:
+        if item.task.process.cpuset:
+            homes.setdefault(item.layer, set()).add(home_of(item.task.process.cpuset))
+    groups = plan_cpusets(topo, policy, layer_cpus, pool, homes)
     v2 = topo.cgroup.cpuset == "v2"
-    cpuset_of: dict[str, CpusetPlan] = {}
-    if topo.cgroup.cpuset in ("v1", "v2"):
-        for layer in policy.layers:
-            own = layer_cpus.get(layer.name, frozenset())
-            if layer.kind == "open" or not own:
-                continue
-            cpus = own if layer.kind == "confined" else own | pool
-            cpuset_of[layer.name] = CpusetPlan(
-                layer.name,
-                f"{CPUSET_ROOT}/{layer.name}",
-                cpus,
-                frozenset(topo.cpus[c].node for c in cpus),
-            )
-    groups = dict(cpuset_of)
-    if v2:
-        groups = {}
-        for item in touchable:
-            cs = cpuset_of.get(item.layer)
-            if cs is not None and item.task.process.cpuset:
-                path = v2_group(home_of(item.task.process.cpuset), cs.layer)
-                groups[path] = CpusetPlan(cs.layer, path, cs.cpus, cs.mems)
+    with_cpuset = {n for n, c in layer_cpus.items() if c and topo.cgroup.cpuset in ("v1", "v2")}
 
     if not allow_rt and any(ly.sched.realtime for ly in policy.layers):
         notes.append("real-time scheduling is not allowed here: RT layers get nice -20 instead")
@@ -262,7 +174,7 @@ def plan(
     decider.cpuset_pids.update(
         item.task.pid
         for item in touchable
-        if item.layer in cpuset_of and (v2 or home_of(item.task.process.cpuset) == "/")
+        if item.layer in with_cpuset and (v2 or home_of(item.task.process.cpuset) == "/")
     )
     base_of = base_affinity or {}
     task_plans: list[TaskPlan] = []

@@ -126,6 +126,7 @@ def _new_rank(tree: Path, pid: int, like: int) -> list[int]:
 
 def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     agent.pass_once()
+    trainer = agent.plan.layer("trainer")
     writes = len(agent.calls.writes)
     new = _new_rank(agent.tree, 4300, like=RANK)  # a third rank, its 12 threads
     sent = time.monotonic_ns()
@@ -146,10 +147,19 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     assert agent.inc.layer_counts["trainer"] == sum(
         1 for c in agent.inc.classified.values() if c.layer == "trainer"
     )
-    assert agent.inc.replan_due is not None  # trainer's share changed: a re-plan is due
+    # trainer's share changed: its CPUs planned again at once, not by a full pass
+    assert agent.counters["relayers"] == 1 and agent.counters["full_passes"] == 1
+    assert agent.plan.layer("trainer").wanted > trainer.wanted
+    assert agent.plan.layer("trainer").cpus > trainer.cpus  # it keeps the CPUs it had
+    while agent.inc.redo or agent.inc.redo_layers or agent.inc.redo_host:
+        agent.redo(64)
+    again = agent.pass_once()  # a full pass agrees: nothing left to write
+    assert agent.plan.layer("trainer").cpus > trainer.cpus
+    assert not again.counts.get("applied"), [r for r in again.results if r.outcome == "applied"]
     # It ends: forgotten, and its journal records closed.
     shutil.rmtree(agent.tree / "proc" / "4300")
     agent.event_pass([Event("exit", tid, 4300) for tid in new])
+    assert agent.inc.shrink_due is not None  # it gives them back, later
     for tid in new:
         assert tid not in agent.inc.classified
         assert not [k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")]

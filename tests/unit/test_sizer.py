@@ -56,9 +56,26 @@ def sized(tmp_path):
     policy.write_text(POLICY)
     agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
                   run_dir=tmp_path / "r", allow_insecure_policy=True)  # fmt: skip
+    agent.caps.sched = agent.caps.affinity = True  # the fake has threads to call
     yield agent, Stat(tree, 64)
     agent.journal.close()
     agent.status.close()
+
+
+def relayer(agent: Agent) -> PassReport:
+    """Re-layer as the agent's loop does, then check that a full pass plans the same CPUs and
+    writes nothing more: the re-layer left every thread as the full pass wants it."""
+    now = agent.relayer("resize")
+    inc = agent.inc
+    while inc.redo or inc.redo_layers or inc.redo_host:
+        agent.redo(64)
+    layers = {lp.name: lp.cpus for lp in agent.plan.layers}
+    report = agent.pass_once("check")
+    assert {lp.name: lp.cpus for lp in agent.plan.layers} == layers
+    assert report.counts.get("applied", 0) == 0, [
+        r for r in report.results if r.outcome == "applied"
+    ]
+    return now
 
 
 def data_cpus(agent: Agent) -> frozenset[int]:
@@ -89,24 +106,23 @@ def test_an_idle_layer_shrinks_later_and_a_saturated_one_grows_at_once(sized, ho
     # idle: no shrink before shrink_after (3 intervals), then one, to its min
     for _ in range(2):
         stat.advance({})
-        agent.sizer.tick()
-        assert not agent.sizer.resizes and agent.inc.replan_due is None
+        assert not agent.sizer.tick()
+        assert not agent.sizer.resizes
     stat.advance({})
-    agent.sizer.tick()
+    assert agent.sizer.tick()  # the agent re-layers now
     (shrink,) = agent.sizer.resizes
     assert (shrink["layer"], shrink["from"], shrink["to"]) == ("data", 12, 2)
     assert shrink["why"].startswith("shrink")
-    assert agent.inc.replan_due is not None  # asked for a re-plan now
     assert any(line.startswith("resize layer=data cpus=12->2 why=") for line in hostd_log)
-    agent.pass_once("replan")
+    assert relayer(agent).counts["applied"] >= 12  # the layer's threads, at once
     small = data_cpus(agent)
     assert len(small) == 2 and small <= first  # sticky: it kept two of its CPUs
     # saturated over one interval: it grows at the next tick, keeping its CPUs
     stat.advance(dict.fromkeys(small, 1.0))
-    agent.sizer.tick()
+    assert agent.sizer.tick()
     grow = agent.sizer.resizes[-1]
     assert (grow["from"], grow["why"][:4]) == (2, "grow") and grow["to"] > 2
-    agent.pass_once("replan")
+    relayer(agent)
     grown = data_cpus(agent)
     assert len(grown) == grow["to"] and small <= grown
     agent.write_status(PassReport(), None, "running")
@@ -149,14 +165,14 @@ def test_a_layer_the_pool_cannot_feed_is_not_asked_for_again(tmp_path):
     stat = Stat(tree, 64)
     agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
                   run_dir=tmp_path / "r", allow_insecure_policy=True)  # fmt: skip
+    agent.caps.sched = agent.caps.affinity = True
     try:
         agent.pass_once()
         assert data_cpus(agent) == frozenset()
         for _ in range(5):
             stat.advance({})
-            agent.sizer.tick()
-            if agent.inc.replan_due is not None:
-                agent.pass_once("replan")
+            if agent.sizer.tick():
+                relayer(agent)
         assert [r["to"] for r in agent.sizer.resizes] == [2]  # its start, once
         assert data_cpus(agent) == frozenset()
     finally:
