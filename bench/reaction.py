@@ -33,6 +33,12 @@ comparison), with the arm started first:
 * **rename**: a workload process started as ``bench_cold`` holds idle threads; one at a time, a
   thread writes ``bench_hot_r`` to /proc/self/task/TID/comm (t0 just before the write) and polls
   its own state the same way.
+* **first**: a layer's first member (hostd only, at the end, after the steady state): the
+  workloads above have ended, so the hot layer has no thread; once the agent's status shows it
+  without CPUs (the bench policy gives them back after ``[sizing] shrink_after = 1`` s), a
+  ``bench_cold`` process starts a thread that writes ``bench_hot_first`` to its own comm (t0 just
+  before the write) and polls its own state as above, then ends, emptying the layer again.
+  ``--first-samples`` samples.
 * **storm**: ``--storm-workers`` processes named ``bench_hot`` together create ``--storm-rate``
   threads per second for ``--storm-seconds`` (paced by the clock; the rate actually reached is
   reported). Creators reset themselves as above (a thread born while its creator was applied is
@@ -98,6 +104,7 @@ HOT_LAYER = "hot"
 HOT_NAME = "bench_hot"  # comm and argv[0] of the creating workloads
 COLD_NAME = "bench_cold"  # comm and argv[0] of the renaming workload
 RENAMED = "bench_hot_r"
+FIRST = "bench_hot_first"  # the name a first member gives itself
 GOAL_P99_MS = 5.0
 GOAL_STORM_RATE = 10_000
 GOAL_STORM_SECONDS = 10.0
@@ -322,6 +329,28 @@ def _cmd_storm(creator: Creator, msg: dict) -> dict:
     }
 
 
+def _cmd_first(msg: dict) -> dict:
+    """One new thread names itself into the (empty) hot layer and times it, then ends."""
+    want, poll = _want_of(msg), msg["poll"]
+    timeout_ns = int(msg["timeout"] * 1e9)
+    box: list[int | None] = []
+
+    def member() -> None:
+        fd = os.open(f"/proc/self/task/{threading.get_native_id()}/comm", os.O_WRONLY)
+        try:
+            t0 = time.monotonic_ns()
+            os.write(fd, msg["name"].encode())
+            t1 = _wait_applied(want, t0 + timeout_ns, poll)
+            box.append(None if t1 is None else t1 - t0)
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=member)
+    thread.start()
+    thread.join()
+    return {"ns": box}
+
+
 def _renamer(n: int) -> tuple[list[threading.Event], list, dict]:
     """``n`` idle threads; thread i renames itself and times it when ``go[i]`` is set."""
     go = [threading.Event() for _ in range(n)]
@@ -376,6 +405,8 @@ def worker_main(role: str, config: dict) -> None:
                 reply(_cmd_new(creator, msg))
             elif cmd == "storm":
                 reply(_cmd_storm(creator, msg))
+            elif cmd == "first":
+                reply(_cmd_first(msg))
             elif cmd == "rename" and renamer is not None:
                 go, done, shared = renamer
                 shared["job"].update(
@@ -555,6 +586,11 @@ class HostdArm:
             time.sleep(0.05)
         raise RuntimeError(f"hostd: no {what} after {self.timeout:.0f} s:\n{_tail(self.log)}")
 
+    @staticmethod
+    def hot_cpus(st: dict) -> list:
+        layer = next((x for x in st.get("layers", []) if x.get("name") == HOT_LAYER), None)
+        return layer.get("cpus") if layer else []
+
     def settle_want(self, _hint: frozenset, anchor: int, baseline: frozenset) -> Want:
         """Once a hot thread exists (the anchor workload): the CPUs the hot layer got.
 
@@ -562,10 +598,6 @@ class HostdArm:
         (an event-driven agent may write it only after full passes), from the anchor's own
         state once its policy and nice are the layer's and its affinity is narrower.
         """
-
-        def hot_cpus(st: dict) -> list:
-            layer = next((x for x in st.get("layers", []) if x.get("name") == HOT_LAYER), None)
-            return layer.get("cpus") if layer else []
 
         def from_anchor() -> frozenset | None:
             with contextlib.suppress(OSError):
@@ -581,7 +613,7 @@ class HostdArm:
         got: list[frozenset] = []
 
         def ok(st: dict) -> bool:
-            cpus = frozenset(hot_cpus(st)) or from_anchor()
+            cpus = frozenset(self.hot_cpus(st)) or from_anchor()
             if cpus:
                 got.append(cpus)
             return bool(cpus)
@@ -774,6 +806,7 @@ class ArmResult:
     want: str = ""
     new: Case | None = None
     rename: Case | None = None
+    first: Case | None = None
     rename_note: str = ""
     storm: dict | None = None
     steady: dict | None = None
@@ -846,7 +879,27 @@ def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> Ar
         f"RSS {res.steady['rss_mb']:.0f} MB (peak {res.steady['hwm_mb']:.0f} MB) {res.notes}",
         flush=True,
     )
+    if isinstance(arm, HostdArm) and args.first_samples:
+        anchor.stop()  # the hot layer's threads end: it is empty from now on
+        renamer.stop()
+        res.first = run_first(arm, msg, args, base)
+        _print_case("first", res.first)
     return res
+
+
+def run_first(arm: HostdArm, msg: dict, args: argparse.Namespace, base: dict) -> Case:
+    """A layer's first member, ``--first-samples`` times, each once the layer has no CPU."""
+    samples: list[float | None] = []
+    with contextlib.ExitStack() as inner:
+        worker = inner.enter_context(_worker("first", COLD_NAME, {**base, "comm": COLD_NAME}))
+        for _ in range(args.first_samples):
+            arm.wait(lambda st: not arm.hot_cpus(st), f"the {HOT_LAYER} layer without CPUs")
+            time.sleep(random.uniform(0.2, 0.6))
+            reply = worker.ask({"cmd": "first", "name": FIRST, **msg}, args.timeout + 30)
+            if "error" in reply:
+                raise RuntimeError(f"first member: {reply['error']}")
+            samples += [None if v is None else v / 1e6 for v in reply["ns"]]
+    return Case(samples)
 
 
 def _pid_applied(tid: int, want: Want) -> bool:
@@ -972,10 +1025,11 @@ def _verdicts(rows: list[ArmResult], args: argparse.Namespace) -> list[str]:
         p99 = max(
             max(r.new.stat(0.99) for r in hostd if r.new),
             max((r.rename.stat(0.99) for r in hostd if r.rename), default=0.0),
+            max((r.first.stat(0.99) for r in hostd if r.first), default=0.0),
         )
         lines.append(
             f"- p99 at most {GOAL_P99_MS:g} ms: **{'met' if p99 <= GOAL_P99_MS else 'missed'}** "
-            f"(worst p99 of new and rename over all sizes: {_ms_text(p99, args)})"
+            f"(worst p99 of new, rename and first member over all sizes: {_ms_text(p99, args)})"
         )
     storms = [r.storm for r in hostd if r.storm]
     if storms:
@@ -1111,12 +1165,13 @@ def render(rows: list[ArmResult], args: argparse.Namespace, code: dict, limits_l
         "### Reaction, one thread at a time",
         "",
         "| background threads | arm | applied means | new: p50 / p99 / max ms | new misses "
-        "| rename: p50 / p99 / max ms | rename misses |",
-        "|---:|---|---|---:|---:|---:|---:|",
+        "| rename: p50 / p99 / max ms | rename misses | first member: p50 / p99 / max ms "
+        "| first misses |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.error is not None:
-            lines.append(f"| {r.threads:,} | {r.arm} | failed: {r.error.splitlines()[0]} |||||")
+            lines.append(f"| {r.threads:,} | {r.arm} | failed: {r.error.splitlines()[0]} |||||||")
             continue
         new = _triple(r.new)
         ren = _triple(r.rename) if r.rename else "-"
@@ -1124,7 +1179,8 @@ def render(rows: list[ArmResult], args: argparse.Namespace, code: dict, limits_l
             ren = f"{ren} ({r.rename_note})"
         lines.append(
             f"| {r.threads:,} | {r.arm} | {r.want} | {new} | {_misses(r.new)} | {ren} "
-            f"| {_misses(r.rename)} |"
+            f"| {_misses(r.rename)} | {_triple(r.first) if r.first else '-'} "
+            f"| {_misses(r.first) if r.first else '-'} |"
         )
     lines += [
         "",
@@ -1194,8 +1250,8 @@ def _misses(case: Case | None) -> str:
 def _jsonable(rows: list[ArmResult]) -> list[dict]:
     out = []
     for r in rows:
-        d = {k: v for k, v in r.__dict__.items() if k not in ("new", "rename")}
-        for name in ("new", "rename"):
+        d = {k: v for k, v in r.__dict__.items() if k not in ("new", "rename", "first")}
+        for name in ("new", "rename", "first"):
             case = getattr(r, name)
             if case is not None:
                 d[name] = {
@@ -1352,6 +1408,10 @@ def main(argv: list[str] | None = None) -> int:
         "--arms", default="hostd,tuned", help="comma-separated: hostd, tuned (default both)"
     )
     parser.add_argument("--samples", type=int, default=200, help="samples per case (200)")
+    parser.add_argument(
+        "--first-samples", type=int, default=20,
+        help="first-member samples (20; each waits for the layer to give its CPU back)",
+    )  # fmt: skip
     parser.add_argument(
         "--tuned-rename-samples", type=int, default=5,
         help="rename samples against tuned, which cannot apply them: each is a miss (5)",

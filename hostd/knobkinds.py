@@ -14,6 +14,7 @@ which file hostd writes, or write a value no knob of that kind can hold.
 from __future__ import annotations
 
 import errno
+import functools
 
 from hostd import cpufreq, irq, numa, sched
 from hostd.cpuset import affinity, cgroup
@@ -53,6 +54,7 @@ def needing(capabilities: set[str]) -> frozenset[str]:
     return frozenset(s.kind for s in KINDS if s.needs in capabilities)
 
 
+@functools.lru_cache(maxsize=16384)  # a pass looks up the same thread's keys a dozen times
 def spec_of(key: str | KnobKey) -> Spec:
     """The kind of a key (``HostError`` EINVAL: no kind handles it)."""
     try:

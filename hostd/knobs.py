@@ -28,6 +28,7 @@ writes. ``CHECKS`` holds the value checks that several kinds share.
 from __future__ import annotations
 
 import errno
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ class KnobKey:
         return int(tid), int(start)
 
 
+@functools.lru_cache(maxsize=16384)  # a pass asks for the same thread's keys a dozen times
 def parse_key(key: str) -> KnobKey:
     scope, _, rest = key.partition("/")
     if scope == "cgroup":
@@ -111,6 +113,7 @@ def task_key(tid: int, start_time: int, kind: str) -> str:
     return f"task/{tid}@{start_time}/{kind}"
 
 
+@functools.lru_cache(maxsize=16384)
 def parse_task_key(key: str) -> tuple[int, int]:
     """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key."""
     return parse_key(key).task

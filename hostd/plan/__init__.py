@@ -1,9 +1,10 @@
 """The pure planner: topology + classified threads + policy -> one frozen, sorted ``Plan``.
 
-``plan()`` does no I/O. It composes the concerns, each in a module of its own: ``cpus`` (CPUs
-per layer), ``threads`` (per-thread decisions, ``TaskPlanner``), ``irq``, ``cpufreq``, ``numa``
-(GPU-local nodes) and ``values`` (the ``Plan`` value). Its decisions, each documented where it
-is made:
+``plan()`` does no I/O. It composes the concerns, each in a module of its own: ``cpus`` and
+``layers`` (CPUs per layer, and the cpusets holding them: the agent runs ``layers`` alone when a
+layer's count changes), ``threads`` (per-thread decisions, ``TaskPlanner``), ``irq``,
+``cpufreq``, ``numa`` (GPU-local nodes) and ``values`` (the ``Plan`` value). Its decisions, each
+documented where it is made:
 
 * **CPUs per layer.** Layers of kind ``confined``/``grouped`` get CPUs of their own, in policy
   order, within their ``cpus.min``/``cpus.max`` (fractions are of the online CPUs). Without
