@@ -5,9 +5,12 @@ pytest session; ``.ci/run`` calls ``python3 tests/vm/vm.py install`` to get what
 (Debian's ``qemu-system-x86`` and ``busybox-static``, and Debian's 6.1 kernel, unpacked into a
 git-ignored cache). Standard library only, so it also runs before any venv exists.
 
-The VM (plain QEMU, software emulation: ``-accel tcg,thread=multi -cpu max``): 4 CPUs, 2 NUMA
-nodes (CPUs 0-1 on node 0, CPUs 2-3 on node 1, 512 MiB each), Debian's kernel booted with
-``cgroup_no_v1=all``, and a small initramfs (static busybox, the virtio/9p modules, ``/init``).
+The VM (plain QEMU, software emulation: ``-accel tcg,thread=multi -cpu max``): 8 CPUs over 4
+NUMA nodes (``NUMA_NODES`` sockets of ``CPUS_PER_NODE`` cores, one node each: CPUs 0-1 on node
+0, 2-3 on node 1, 4-5 on node 2, 6-7 on node 3, ``NODE_MEM_MIB`` = 512 MiB each), Debian's
+kernel booted with ``cgroup_no_v1=all``, and a small initramfs (static busybox, the virtio/9p
+modules, ``/init``). The inner tests read the shape from the live kernel (sysfs), and one of
+them checks that it is the one asked for here.
 The init mounts this machine's ``/`` read-only over 9p and ``chroot``s into it, so the repo,
 the venv and the interpreter sit at the same paths inside as outside; it mounts its own
 ``/proc``, ``/sys``, ``/dev``, a tmpfs on ``/dev/shm`` (the root is read-only: the guest's
@@ -47,9 +50,16 @@ WANTED_MODULES = ("virtio_pci", "9pnet_virtio", "9p")
 PACKAGES = {"qemu-system-x86_64": "qemu-system-x86", "busybox": "busybox-static"}
 KERNEL_META = "linux-image-amd64"
 BUSYBOX_PATHS = ("/bin/busybox", "/usr/bin/busybox")
-BOOT_TIMEOUT_S = float(os.environ.get("HOSTD_VM_TIMEOUT", "360"))
+# The whole boot, tests included: about 4.5-6 min for the 8-CPU VM on a 2-CPU machine.
+BOOT_TIMEOUT_S = float(os.environ.get("HOSTD_VM_TIMEOUT", "900"))
 MSIZE = 512 * 1024  # 9p message size: fewer round trips for Python's many small reads
 INIT_MARK = "hostd-vm: init started"
+# The VM's shape: NUMA_NODES nodes, each one socket of CPUS_PER_NODE CPUs (numbered in order:
+# node N holds CPUs N*CPUS_PER_NODE ...) and NODE_MEM_MIB of memory.
+NUMA_NODES = 4
+CPUS_PER_NODE = 2
+NODE_MEM_MIB = 512
+VCPUS = NUMA_NODES * CPUS_PER_NODE
 
 
 class Unavailable(Exception):
@@ -369,6 +379,16 @@ def extra_args() -> list[str]:
     return shlex.split(os.environ.get("HOSTD_VM_PYTEST_ARGS", ""))
 
 
+def numa_args() -> list[str]:
+    """One memory backend per node, then the nodes: node N gets CPUs N*CPUS_PER_NODE and on."""
+    memory, nodes = [], []
+    for n in range(NUMA_NODES):
+        first, last = n * CPUS_PER_NODE, (n + 1) * CPUS_PER_NODE - 1
+        memory += ["-object", f"memory-backend-ram,id=m{n},size={NODE_MEM_MIB}M"]
+        nodes += ["-numa", f"node,nodeid={n},cpus={first}-{last},memdev=m{n}"]
+    return memory + nodes
+
+
 def qemu_command(pre: Prereqs, work: Path, initramfs: Path) -> list[str]:
     share = "security_model=none,multidevs=remap"
     append = f"console=ttyS0 panic=-1 quiet cgroup_no_v1=all hostd.work={work}"
@@ -380,12 +400,9 @@ def qemu_command(pre: Prereqs, work: Path, initramfs: Path) -> list[str]:
         "-no-reboot",
         "-accel", pre.accel,
         "-cpu", "max",
-        "-smp", "4,sockets=2,cores=2,threads=1",
-        "-m", "1G",
-        "-object", "memory-backend-ram,id=m0,size=512M",
-        "-object", "memory-backend-ram,id=m1,size=512M",
-        "-numa", "node,nodeid=0,cpus=0-1,memdev=m0",
-        "-numa", "node,nodeid=1,cpus=2-3,memdev=m1",
+        "-smp", f"{VCPUS},sockets={NUMA_NODES},cores={CPUS_PER_NODE},threads=1",
+        "-m", f"{NUMA_NODES * NODE_MEM_MIB}M",
+        *numa_args(),
         "-kernel", str(pre.kernel),
         "-initrd", str(initramfs),
         "-append", append,

@@ -1,1 +1,1 @@
-"""Tests that run inside the VM (4 CPUs, 2 NUMA nodes, cgroup v2); see tests/vm/README.md."""
+"""Tests that run inside the VM (8 CPUs, 4 NUMA nodes, cgroup v2); see tests/vm/README.md."""

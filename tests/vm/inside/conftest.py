@@ -27,12 +27,7 @@ from hostd.model.cpus import parse_cpulist
 IN_VM = os.environ.get("HOSTD_IN_VM") == "1"
 CGROUP = Path("/sys/fs/cgroup")
 CPUS = Path("/sys/devices/system/cpu")
-NODE0, NODE1 = frozenset({0, 1}), frozenset({2, 3})
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not IN_VM:
-        pytest.skip("runs only inside the VM that tests/vm boots (HOSTD_IN_VM=1)")
+NODES_DIR = Path("/sys/devices/system/node")
 
 
 def read(path: str | Path) -> str | None:
@@ -40,6 +35,32 @@ def read(path: str | Path) -> str | None:
         return Path(path).read_text().strip()
     except OSError:
         return None
+
+
+def live_nodes() -> dict[int, frozenset[int]]:
+    """{node id: its CPUs} as the kernel lists them now (``nodeN/cpulist``; offline CPUs leave
+    it on x86). Empty where sysfs has no node folders (no CONFIG_NUMA, or outside a VM)."""
+    nodes = {}
+    for path in NODES_DIR.glob("node[0-9]*"):
+        if path.name[4:].isdigit():
+            nodes[int(path.name[4:])] = parse_cpulist(read(path / "cpulist") or "")
+    return dict(sorted(nodes.items()))
+
+
+# The VM's shape, read from the live kernel when the inner session starts (every CPU online:
+# ``kernel_state`` checks that each test leaves them so), never written down here: ``NODES``
+# {node id: its CPUs}, ``ONLINE`` the online CPUs, ``NODE0``/``NODE1`` the CPUs of nodes 0 and
+# 1 (the tests move things from node 0 to node 1), ``ALL_MEMS`` every node id. vm.py says what
+# shape it asks QEMU for; test_topology_plan.py checks that the kernel shows that shape.
+NODES = live_nodes()
+ONLINE = parse_cpulist(read(CPUS / "online") or "")
+NODE0, NODE1 = NODES.get(0, frozenset()), NODES.get(1, frozenset())
+ALL_MEMS = frozenset(NODES)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not IN_VM:
+        pytest.skip("runs only inside the VM that tests/vm boots (HOSTD_IN_VM=1)")
 
 
 def status_field(pid: int, field: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The agent on a cgroup-v2, 2-node kernel: a stand-in job's threads placed, then restored.
+"""The agent on a cgroup-v2, multi-node kernel: a stand-in job's threads placed, then restored.
 
 ``hostd run`` (tests/vm/inside/policy.toml, scoped to a ``tests/workload.py`` job) on the VM:
 the rank's threads get SCHED_FIFO on a CPU of their own, in a threaded child

@@ -8,6 +8,10 @@ CPUs, and come back when one returns. A partition root stays a partition root th
 differs from v1 (FACTS.md: offlining empties a v1 cpuset, moves its tasks to the parent, and
 onlining restores nothing), which is why hostd re-applies after a CPU comes back.
 
+The CPUs are node 1's, read from the live kernel (conftest's ``NODE1``; ``ONLINE``: every CPU
+online when the session started): the highest of them goes offline, or all of them, and what
+the kernel should show is computed from those sets, so the tests hold for any VM shape.
+
 The agent's own part (``hostd.agent``, device events): with the rank's CPU offline it plans the
 host again on the CPUs left, and once the CPU is back the rank has its planned CPU, cpuset and
 affinity again; SIGTERM then restores everything.
@@ -24,7 +28,7 @@ from hostd.cpuset.cgroup import write_v2_cpuset
 from hostd.model.cpus import parse_cpulist
 from tests import agentproc
 from tests.agentproc import Agent
-from tests.vm.inside.conftest import NODE0, NODE1, cpus_allowed, read
+from tests.vm.inside.conftest import NODE1, ONLINE, cpus_allowed, read
 from tests.vm.inside.test_agent import POLICY, cgroup_of, job_state
 from tests.workload import TrainingJob
 
@@ -32,11 +36,13 @@ from tests.workload import TrainingJob
 wait_for = functools.partial(agentproc.wait_for, timeout=120)
 
 GROUP = "hostd-vmtest-hotplug"
-ALL = NODE0 | NODE1
+ALL = ONLINE
+REST = ALL - NODE1  # every online CPU not on node 1
 
 
 def hold_node1(host, v2, pid: int, partition: str) -> None:
-    """Make GROUP a v2 child with cpuset.cpus 2-3 (a member or a partition root) holding pid."""
+    """Make GROUP a v2 child with cpuset.cpus = node 1's CPUs (a member or a partition root)
+    holding pid."""
     v2.create(GROUP)
     write_v2_cpuset(host, GROUP, NODE1, frozenset({1}), None if partition == "member" else "root")
     v2.move(pid, GROUP)
@@ -46,7 +52,7 @@ def hold_node1(host, v2, pid: int, partition: str) -> None:
 
 @pytest.fixture
 def node1_group(host, v2, sleeper) -> int:
-    """A member v2 child holding CPUs 2-3 with a sleeping process in it; its pid."""
+    """A member v2 child holding node 1's CPUs with a sleeping process in it; its pid."""
     hold_node1(host, v2, sleeper.pid, "member")
     return sleeper.pid
 
@@ -61,36 +67,45 @@ def test_offline_shrinks_the_effective_cpus_and_online_gives_them_back(
 ):
     pid = sleeper.pid
     hold_node1(host, v2, pid, kind)
-    hotplug.set(3, False)
-    assert hotplug.online() == {0, 1, 2}
+    victim = max(NODE1)  # one of node 1's CPUs goes offline, the others stay
+    left = NODE1 - {victim}
+    assert left, f"node 1 has one CPU ({victim}): nothing would be left in the group"
+    hotplug.set(victim, False)
+    assert hotplug.online() == ALL - {victim}
     assert parse_cpulist(v2.read(GROUP, "cpuset.cpus")) == NODE1  # what was written stays
-    assert effective(v2, GROUP) == {2}
+    assert effective(v2, GROUP) == left
     assert v2.read(GROUP, "cpuset.cpus.partition") == kind
-    assert cpus_allowed(pid) == {2}
+    assert cpus_allowed(pid) == left
     assert str(pid) in v2.read(GROUP, "cgroup.procs").split()  # not moved out (v1 would)
-    # The root keeps only its own CPUs: a partition's offline CPU does not come back to it.
-    assert effective(v2, "") == ({0, 1, 2} if kind == "member" else NODE0)
+    # A member shares the root's CPUs, so the root only loses the offline one; a partition's
+    # CPUs are not the root's, and its offline CPU does not come back to the root either.
+    assert effective(v2, "") == (ALL - {victim} if kind == "member" else REST)
 
-    hotplug.set(3, True)
+    hotplug.set(victim, True)
     assert hotplug.online() == ALL
     assert effective(v2, GROUP) == NODE1
     assert cpus_allowed(pid) == NODE1
     assert v2.read(GROUP, "cpuset.cpus.partition") == kind
-    assert effective(v2, "") == (ALL if kind == "member" else NODE0)
+    assert effective(v2, "") == (ALL if kind == "member" else REST)
 
 
 def test_member_with_every_cpu_offline_falls_back_to_the_parent(v2, hotplug, node1_group):
     pid = node1_group
-    hotplug.set(3, False)
-    hotplug.set(2, False)
-    assert hotplug.online() == NODE0
+    for cpu in sorted(NODE1, reverse=True):  # every CPU of node 1 offline
+        hotplug.set(cpu, False)
+    assert hotplug.online() == REST
     assert parse_cpulist(v2.read(GROUP, "cpuset.cpus")) == NODE1
-    assert effective(v2, GROUP) == NODE0  # the parent's effective CPUs
-    assert cpus_allowed(pid) == NODE0
+    assert effective(v2, "") == REST
+    assert effective(v2, GROUP) == REST  # the parent's effective CPUs
+    assert cpus_allowed(pid) == REST
     assert str(pid) in v2.read(GROUP, "cgroup.procs").split()
 
-    hotplug.set(2, True)
-    hotplug.set(3, True)
+    first, *others = sorted(NODE1)
+    hotplug.set(first, True)  # one CPU back is enough for the group to use its own again
+    assert effective(v2, GROUP) == {first}
+    assert cpus_allowed(pid) == {first}
+    for cpu in others:
+        hotplug.set(cpu, True)
     assert effective(v2, GROUP) == NODE1
     assert cpus_allowed(pid) == NODE1
 

@@ -1,11 +1,12 @@
-"""NUMA placement on a real 2-node kernel: hostd moves a process's memory and threads to node 1.
+"""NUMA placement on a real multi-node kernel: hostd moves a process's memory and threads to node 1.
 
-A holder process, pinned to node 0's CPUs, fills 64 MiB page by page (first touch puts it on
-node 0). hostd's knobs (``task/PID@START/numa`` from ``hostd.numa``, ``task/TID@START/affinity``)
-are applied through ``hostd.reconcile`` with a journal, as the agent applies a plan; then the
-journal is restored, as ``hostd restore`` does. Every page of the buffer is checked with a
-``move_pages(2)`` query (nodes = NULL reports each page's node). Restore puts the numa knob back
-to its original, the node that held most of the pages, by moving the pages there again.
+A holder process, pinned to node 0's CPUs (conftest's ``NODE0``; ``NODE1``: node 1's, both
+read from sysfs), fills 64 MiB page by page (first touch puts it on node 0). hostd's knobs
+(``task/PID@START/numa`` from ``hostd.numa``, ``task/TID@START/affinity``) are applied through
+``hostd.reconcile`` with a journal, as the agent applies a plan; then the journal is restored,
+as ``hostd restore`` does. Every page of the buffer is checked with a ``move_pages(2)`` query
+(nodes = NULL reports each page's node). Restore puts the numa knob back to its original, the
+node that held most of the pages, by moving the pages there again.
 
 Automatic NUMA balancing is off for these tests (``quiet_numa``), except in the one that is
 about it: on this kernel (Debian's 6.1), a transparent huge page that the balancer has marked

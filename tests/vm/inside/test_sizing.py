@@ -1,12 +1,13 @@
-"""A self-sizing layer on a cgroup-v2, 2-node kernel, for real: it grows under load and shrinks
+"""A self-sizing layer on a cgroup-v2, multi-node kernel, for real: it grows under load and shrinks
 after it, and everything is put back when the agent stops.
 
 A load of three processes named ``sizer-load`` (they spin while a flag file exists, else sleep)
-is the layer's only work; the policy leaves one CPU to the pool, so the layer may hold 1 to 3
-of the VM's 4 CPUs. Idle at first, the layer keeps its minimum of 1; spinning, it saturates and
-grows (every decision is logged and in ``hostd status``); idle again for ``shrink_after``, it
-shrinks back to 1. Its processes' affinity follows (cgroup v2: the layer's cpuset and the
-threads' affinity). SIGTERM restores: the load's affinity and the cgroup tree read as before.
+is the layer's only work; its policy lets it hold 1 to 3 of the VM's CPUs (``pool_min = 1``
+would leave it all but one). Idle at first, the layer keeps its minimum of 1; spinning, it
+saturates and grows (every decision is logged and in ``hostd status``); idle again for
+``shrink_after``, it shrinks back to 1. Its processes' affinity follows (cgroup v2: the layer's
+cpuset and the threads' affinity). SIGTERM restores: the load's affinity and the cgroup tree
+read as before.
 """
 
 from __future__ import annotations
