@@ -263,6 +263,7 @@ class AgentProc:
         scope: Sequence[int] = (),
         extra: Sequence[str] = (),
         env: dict | None = None,
+        new_session: bool = False,
     ) -> None:
         self.state, self.run = workdir / "state", workdir / "run"
         self.log = workdir / "agent.log"
@@ -278,6 +279,7 @@ class AgentProc:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 env={**os.environ, **(env or {})},
+                start_new_session=new_session,  # as a service runs: leading its own session
             )
 
     def status(self) -> dict:

@@ -14,9 +14,17 @@ class Agent(AgentProc):
     """``hostd run`` scoped to one process tree, with a full pass on demand."""
 
     def __init__(
-        self, tmp: Path, scope: int, *extra: str, policy: Path, env: dict | None = None
+        self,
+        tmp: Path,
+        scope: int,
+        *extra: str,
+        policy: Path,
+        env: dict | None = None,
+        new_session: bool = False,
     ) -> None:
-        super().__init__(tmp, policy=str(policy), scope=[scope], extra=extra, env=env)
+        super().__init__(
+            tmp, policy=str(policy), scope=[scope], extra=extra, env=env, new_session=new_session
+        )
 
     def full_pass(self, timeout: float = 60) -> dict:
         """Ask for a full pass now (SIGUSR1, what ``hostd enable`` sends) and wait for it."""

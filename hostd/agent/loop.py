@@ -22,6 +22,7 @@ import hostd.sidecar
 from hostd import __version__
 from hostd.agent.lock import AgentLock
 from hostd.cpufreq import hold_cpu_dma_latency
+from hostd.host import HostError, paths
 from hostd.host.connector import Overflow
 from hostd.reconcile import PassReport, restore
 
@@ -52,10 +53,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
     # hostd's own priority: in a storm of new threads it must not be starved by the very
     # threads it is placing (it uses CPU only when there are events).
     if agent.policy.agent_nice is not None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, agent.policy.agent_nice)
-        except OSError as exc:
-            log.info("agent nice=%d refused (%s)", agent.policy.agent_nice, exc.strerror)
+        own_priority(agent, agent.policy.agent_nice)
     try:
         if once:
             return agent.pass_once("once")
@@ -77,6 +75,25 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         hold_cstate(agent, False)
         finish(agent)
         lock.close()
+
+
+def own_priority(agent: Agent, nice: int) -> None:
+    """hostd's own nice. With autogroups on (sched(7)), CFS shares the CPU between sessions
+    first and a nice value counts only within its session: a storm's creators in sessions of
+    their own then leave hostd one session's share. So when hostd leads its session (a systemd
+    service, a container, the benchmarks), that session's autogroup gets the same nice; in an
+    operator's shell it does not (the shell's session would gain too)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as exc:
+        log.info("agent nice=%d refused (%s)", nice, exc.strerror)
+        return
+    me = os.getpid()
+    if os.getsid(0) == me and agent.host.exists(paths.proc(me, "autogroup")):
+        try:
+            agent.host.write(paths.proc(me, "autogroup"), str(nice))
+        except HostError as exc:
+            log.info("agent autogroup nice=%d refused (%s)", nice, exc)
 
 
 def next_full(agent: Agent) -> tuple[float, str]:

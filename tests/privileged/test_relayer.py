@@ -88,8 +88,12 @@ def test_a_first_member_gets_its_cpu_at_once_and_gives_it_back_later(tmp_path):
             t: (os.sched_getaffinity(t), os.getpriority(os.PRIO_PROCESS, t)) for t in everyone
         }
         home = _cpuset(hot)
-        agent = Agent(tmp_path, job.pid, policy=policy)
+        agent = Agent(tmp_path, job.pid, policy=policy, new_session=True)  # as a service runs
         agent.wait_passes(1)
+        # it leads its session: the session's autogroup weighs as its nice (-10 by default)
+        mine = Path("/proc/self/autogroup").read_text()
+        assert Path(f"/proc/{agent.proc.pid}/autogroup").read_text().endswith(" nice -10\n")
+        assert os.getpriority(os.PRIO_PROCESS, agent.proc.pid) == -10
         passes = agent.status()["passes"]
         # no member: the layer has no CPU, the pool is every CPU, nothing changed
         assert {t: os.sched_getaffinity(t) for t in everyone} == {
@@ -137,6 +141,7 @@ def test_a_first_member_gets_its_cpu_at_once_and_gives_it_back_later(tmp_path):
             t: (os.sched_getaffinity(t), os.getpriority(os.PRIO_PROCESS, t)) for t in everyone
         } == before
         assert not Path("/sys/fs/cgroup/cpuset/hostd/hot").exists()
+        assert Path("/proc/self/autogroup").read_text() == mine  # the test's own: untouched
     finally:
         if agent is not None:
             agent.stop()
