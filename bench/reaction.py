@@ -535,11 +535,16 @@ class HostdArm:
 
     name = "hostd"
 
-    def __init__(self, scratch: Path, src: Path, scope: int | None, timeout: float) -> None:
+    def __init__(
+        self, scratch: Path, src: Path, scope: int | None, timeout: float, nice: int | None = None
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hostd-", dir=scratch))
         self.state, self.run_dir = self.dir / "state", self.dir / "run"
         self.policy = self.dir / "policy.toml"  # a root-owned copy: the agent refuses others
-        shutil.copyfile(POLICY, self.policy)
+        text = POLICY.read_text()
+        if nice is not None:  # --agent-nice: the agent's own nice (and its session's)
+            text = text.replace("[agent]\n", f"[agent]\nnice = {nice}\n", 1)
+        self.policy.write_text(text)
         self.policy.chmod(0o644)
         self.src, self.scope, self.timeout = src, scope, timeout
         self.log = self.dir / "agent.log"
@@ -1299,7 +1304,9 @@ def measure_arm(name: str, count: int, args: argparse.Namespace, ctx: dict):
     if name == "tuned":
         arm = TunedArm(ctx["scratch"], args.ready_timeout)
     else:
-        arm = HostdArm(ctx["scratch"], ctx["src"], ctx["scope"], args.ready_timeout)
+        arm = HostdArm(
+            ctx["scratch"], ctx["src"], ctx["scope"], args.ready_timeout, args.agent_nice
+        )
     failed = True
     with contextlib.ExitStack() as stack:
         try:
@@ -1438,6 +1445,9 @@ def main(argv: list[str] | None = None) -> int:
         "catch-all layer would otherwise pin every process of a shared machine); host: all",
     )  # fmt: skip
     parser.add_argument("--hostd-rev", help="measure hostd/ of this git revision (default: tree)")
+    parser.add_argument(
+        "--agent-nice", type=int, help="the agent's [agent] nice (default: the policy's, -10)"
+    )
     parser.add_argument(
         "--ready-timeout", type=float, default=600,
         help="seconds to wait for the arm's first pass, its exit and the like (600)",

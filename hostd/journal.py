@@ -97,6 +97,10 @@ class Journal:
         self.torn: int | None = None  # the number of a last line cut off by a crash
         self.problem = ""  # the last failure to write a done line or to compact
         self._done_lines = 0
+        # The agent compacts when it has nothing else to do (a compaction rewrites every open
+        # record: a second at 100k threads, during which no event is handled); only a file ten
+        # times its open records is compacted at once.
+        self.defer_compaction = False
         self._fd: int | None = None
         self._load()
 
@@ -256,8 +260,15 @@ class Journal:
         except OSError as exc:
             self.problem = f"{self.path}: {len(keys)} done line(s) not written ({exc.strerror})"
             return
-        if self._done_lines > 1000 and self._done_lines > len(self.records):
+        if self.compact_due and (
+            not self.defer_compaction or self._done_lines > 10 * max(len(self.records), 10_000)
+        ):
             self.compact()
+
+    @property
+    def compact_due(self) -> bool:
+        """More done lines than open records: a compaction would at least halve the file."""
+        return self._done_lines > 1000 and self._done_lines > len(self.records)
 
     def compact(self) -> None:
         """Rewrite the journal with only open records: temp file, fsync, rename, fsync dir.

@@ -79,6 +79,7 @@ class Agent:
             self.journal = open_checked(Path(state_dir), read_boot_id(host), self.policy.sha256)
         except (UnsafeDir, JournalError) as exc:
             raise AgentError(str(exc)) from None
+        self.journal.defer_compaction = True  # compacted when idle (hostd.agent.loop)
         self.caps: Capabilities = probe(host)
         self.unchangeable: set[str] = set()
         self.passes = 0
@@ -244,6 +245,13 @@ class Agent:
             return
         items = inc.take_redo(count)
         want = inc.decide(items, self.base_affinity)
+        # A thread the new plan leaves as it was before hostd gets its original back with its
+        # record kept open: no journal write (and no fsync) now, none when the next re-layer
+        # changes it again; the next full pass closes it.
+        for item in items:
+            key = knobs.task_key(item.task.tid, item.task.start_time, "affinity")
+            if key not in want and key in self.journal:
+                want[key] = self.journal.original(key)
         with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
             report = self.reconcile(
                 want, Observed(item.task for item in items), only=[i.task.key for i in items]

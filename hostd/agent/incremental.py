@@ -67,7 +67,7 @@ class Incremental:
         self.members: dict[str, set[int]] = {}
         self.shrink_due: float | None = None  # monotonic time a layer gives CPUs back
         self.why = ""  # what the last check_sizes found, in words
-        self.redo: list[int] = []  # threads to decide again after a re-layer (tids)
+        self.redo: dict[int, None] = {}  # threads to decide again after a re-layer (tids)
         self.redo_layers: set[str] = set()  # layers whose threads all go in ``redo``
         self.redo_host: dict | None = None  # the IRQ and cpufreq knobs a re-layer wants
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
@@ -79,7 +79,7 @@ class Incremental:
         built, not after (at 100k threads holding both was the agent's peak memory)."""
         self.plan, self.planner, self.classified = None, None, {}
         self.members, self.counts = {}, Counter()
-        self.shrink_due, self.redo, self.redo_host = None, [], None
+        self.shrink_due, self.redo, self.redo_host = None, {}, None
         self.redo_layers = set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
 
@@ -287,8 +287,8 @@ class Incremental:
         """Up to ``count`` threads a re-layer left to decide again (those still here)."""
         if self.redo_layers:
             later, self.redo_layers = self.redo_layers, set()
-            self.redo += [tid for tid, c in self.classified.items() if c.layer in later]
-        take, self.redo = self.redo[-count:], self.redo[:-count]
+            self.redo.update((tid, None) for tid, c in self.classified.items() if c.layer in later)
+        take = [self.redo.popitem()[0] for _ in range(min(count, len(self.redo)))]
         assert self.planner is not None
         layers, exclude = self.planner.layers, self.planner.exclude_pids
         items = (self.classified.get(tid) for tid in take)

@@ -168,7 +168,10 @@ def step(agent: Agent) -> None:
         and not sources.events_waiting()
         and time.monotonic() < deadline
     ):
-        agent.redo(64)
+        agent.redo(16)  # about a millisecond each: an event waits at most that long
+    idle = not (inc.pending or inc.redo or inc.redo_layers or inc.redo_host)
+    if idle and agent.journal.compact_due and not sources.events_waiting():
+        agent.journal.compact()
     now = time.monotonic()
     if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
         agent.relayer("shrink", inc.why)
