@@ -168,7 +168,7 @@ def step(agent: Agent) -> None:
         and not sources.events_waiting()
         and time.monotonic() < deadline
     ):
-        agent.redo(16)  # about a millisecond each: an event waits at most that long
+        agent.redo(8)  # under a millisecond each: an event waits at most that long
     idle = not (inc.pending or inc.redo or inc.redo_layers or inc.redo_host)
     if idle and agent.journal.compact_due and not sources.events_waiting():
         agent.journal.compact()
