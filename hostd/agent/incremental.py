@@ -15,9 +15,10 @@ host has. Three things it does apart:
   count stayed lower for ``[sizing] shrink_after`` (a short-lived matching process must not make
   the host flap);
 * joining a cpuset (``pending``): it takes the cgroup core's thread-group lock for writing,
-  which waits out every fork in flight (milliseconds per thread in a thread storm); a new
-  thread's affinity already keeps it on its layer's CPUs, so it joins a moment later, when no
-  event waits (``take_joins``). Going back home from a hostd cpuset cannot wait: its affinity
+  which waits out every fork in flight (milliseconds per thread in a thread storm), and records
+  one more original; a new thread's affinity already keeps it on its layer's CPUs, so it joins
+  once it has lived ``JOIN_AFTER_S`` (a storm's short-lived threads never do), when no event
+  waits (``take_joins``). Going back home from a hostd cpuset cannot wait: its affinity
   would not fit the cpuset it is in;
 * what the kernel and the planner of a full pass know better (a topology change, a cpuset no
   layer uses any more): the next full pass.
@@ -50,6 +51,7 @@ from hostd.reconcile import PassReport, desired_for_tasks, desired_state
 from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
+JOIN_AFTER_S = 1.0  # a new thread joins its layer's cpuset once it has lived this long
 HOST_PREFIXES = ("irq/", "cpu/")  # host knobs a re-layer leaves for ``take_redo``
 
 
@@ -71,8 +73,8 @@ class Incremental:
         self.redo_layers: set[str] = set()  # layers whose threads all go in ``redo``
         self.redo_host: dict | None = None  # the IRQ and cpufreq knobs a re-layer wants
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
-        # its affinity value).
-        self.pending: dict[str, tuple[object, str, object]] = {}
+        # its affinity value, when it is due), oldest first.
+        self.pending: dict[str, tuple[object, str, object, float]] = {}
 
     def clear(self) -> None:
         """Before a full pass: the last pass's per-thread state goes before the next one's is
@@ -171,15 +173,23 @@ class Incremental:
         joins = [
             k for k, v in want.items() if knobkinds.kind_of(k) == "cpuset" and home_of(str(v)) != v
         ]
+        due = time.monotonic() + JOIN_AFTER_S
         for key in joins:
             affinity_key = key.rsplit("/", 1)[0] + "/affinity"
-            self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key))
+            self.pending.pop(key, None)  # decided again: due from now
+            self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key), due)
         return want
 
+    def joins_due(self) -> float | None:
+        """When the oldest waiting join is due (None: none waits)."""
+        return next(iter(self.pending.values()))[3] if self.pending else None
+
     def take_joins(self, budget: int) -> tuple[dict, dict]:
-        """Up to ``budget`` waiting joins: (cpuset knobs, then the affinities to set again
-        after them: joining a cpuset resets a thread's affinity)."""
-        keys = list(itertools.islice(self.pending, budget))
+        """Up to ``budget`` waiting joins that are due: (cpuset knobs, then the affinities to
+        set again after them: joining a cpuset resets a thread's affinity)."""
+        now = time.monotonic()
+        due = itertools.takewhile(lambda k: self.pending[k][3] <= now, self.pending)
+        keys = list(itertools.islice(due, budget))
         pending = [self.pending.pop(k) for k in keys]
         joins = {k: p[0] for k, p in zip(keys, pending, strict=True)}
         return joins, {p[1]: p[2] for p in pending if p[2] is not None}

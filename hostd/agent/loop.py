@@ -5,10 +5,11 @@ until a signal stops it; at the end it restores everything hostd changed (unless
 says ``restore_on_exit = false``). A step handles, in this order: a reload (SIGHUP), a switch
 (SIGUSR1), device events (a full pass with the topology read again), thread events (an event
 pass, which re-layers first when a layer gains its first member; a lost event means a full
-pass), waiting cpuset joins and, after a re-layer, the pool's threads, while no event waits, a
-layer due to give CPUs back, the watch, a second look at unnamed job threads whose activity is
-not yet plain (``Agent.relook``, once a second), the sizer (a resize re-layers), and the timers:
-the drift rescan (or, without events, the poll) and the status file at most once a second.
+pass); then, while no event waits, cpuset joins of threads that lived a second and, after a
+re-layer, the pool's threads; the journal's compaction when nothing else is left; a layer due
+to give CPUs back, the watch, a second look at unnamed job threads whose activity is not yet
+plain (``Agent.relook``, once a second), the sizer (a resize re-layers), and the timers: the
+drift rescan (or, without events, the poll) and the status file at most once a second.
 """
 
 from __future__ import annotations
@@ -122,13 +123,15 @@ def step(agent: Agent) -> None:
     relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
     stats_due = agent.layer_stats.due if agent.layer_stats.wanted else due
     sizing_due = agent.sizer.due if agent.sizer.wanted and not agent.disabled else due
-    shrink_due = agent.inc.shrink_due or due
+    inc = agent.inc
+    shrink_due = inc.shrink_due or due
+    joins_due = inc.joins_due() or due
     timeout = max(
         0.0,
-        min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due)
+        min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due, joins_due)
         - time.monotonic(),
     )
-    busy = agent.inc.pending or agent.inc.redo or agent.inc.redo_layers or agent.inc.redo_host
+    busy = inc.redo or inc.redo_layers or inc.redo_host
     events_ready, devices_ready = sources.wait(0.0 if busy else timeout)
     if sources.stop:
         return
@@ -158,9 +161,8 @@ def step(agent: Agent) -> None:
             return full(agent, "recovery")
     # A few joins at a time, and only while no event waits: each can block for milliseconds
     # while threads are being created. Then, after a re-layer, the pool's threads.
-    inc = agent.inc
     deadline = time.monotonic() + JOIN_BUDGET_S
-    while inc.pending and not sources.events_waiting() and time.monotonic() < deadline:
+    while joins_ready(agent) and time.monotonic() < deadline and not sources.events_waiting():
         agent.join_cpusets(4)
     deadline = time.monotonic() + REDO_BUDGET_S
     while (
@@ -191,6 +193,11 @@ def step(agent: Agent) -> None:
         if agent.counters != agent.status.counters or agent.watcher.changed:
             agent.write_status(PassReport(), None, state="running")
         agent.status.written = now  # nothing new: check again in a second
+
+
+def joins_ready(agent: Agent) -> bool:
+    due = agent.inc.joins_due()
+    return due is not None and due <= time.monotonic()
 
 
 def finish(agent: Agent) -> None:
