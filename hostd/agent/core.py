@@ -29,7 +29,7 @@ from hostd.agent.sizer import Sizer
 from hostd.agent.sources import Sources
 from hostd.agent.status import StatusFile, document
 from hostd.agent.watch import WatchLoop
-from hostd.classify import Classifier
+from hostd.classify import Classified, Classifier
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import Event
@@ -183,10 +183,7 @@ class Agent:
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
-        with self.host.known_start_times({t.tid: t.start_time for t in touched.values()}):
-            report = self.reconcile(
-                want, Observed(item.task for item in items), only=[i.task.key for i in items]
-            )
+        report = self.apply_threads(want, items)
         report.results[:0] = first.results
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
@@ -211,10 +208,7 @@ class Agent:
             return PassReport()
         want, items, moved = relayed
         want.update(self.inc.decide(items, self.base_affinity))
-        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
-            report = self.reconcile(
-                want, Observed(item.task for item in items), only=[i.task.key for i in items]
-            )
+        report = self.apply_threads(want, items)
         self.counters["relayers"] += 1
         self.counters.update(r.outcome for r in report.results)
         log.info(
@@ -252,10 +246,7 @@ class Agent:
             key = knobs.task_key(item.task.tid, item.task.start_time, "affinity")
             if key not in want and key in self.journal:
                 want[key] = self.journal.original(key)
-        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
-            report = self.reconcile(
-                want, Observed(item.task for item in items), only=[i.task.key for i in items]
-            )
+        report = self.apply_threads(want, items)
         self.counters["redone"] += len(items)
         self.counters.update(r.outcome for r in report.results)
         loop.log_problems(report)
@@ -270,10 +261,7 @@ class Agent:
             return
         items = inc.classify(changed, self.classifier, self.exclude)
         want = inc.decide(items, self.base_affinity)
-        with self.host.known_start_times({t.tid: t.start_time for t in changed}):
-            report = self.reconcile(
-                want, Observed(item.task for item in items), only=[i.task.key for i in items]
-            )
+        report = self.apply_threads(want, items)
         self.counters["relooked"] += len(changed)
         self.counters.update(r.outcome for r in report.results)
         log.info(
@@ -297,6 +285,14 @@ class Agent:
             if getattr(ev, "kind", "") == "fork" and ev.tid in placed and ev.ts:
                 placed.discard(ev.tid)
                 self.event_lag.observe(max(0, now - ev.ts) / 1e9)
+
+    def apply_threads(self, want: dict, items: list[Classified]) -> PassReport:
+        """Write ``want`` for these threads, just read or decided (their start times trusted),
+        giving back their journaled knobs it no longer holds; other threads are left alone."""
+        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
+            return self.reconcile(
+                want, Observed(item.task for item in items), only=[i.task.key for i in items]
+            )
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set
