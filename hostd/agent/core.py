@@ -93,6 +93,7 @@ class Agent:
         self.status = StatusFile(self.run_dir)
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
+        self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
         self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)

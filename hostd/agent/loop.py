@@ -34,6 +34,7 @@ log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
+REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
 
 
 def run(agent: Agent, once: bool = False) -> PassReport:
@@ -126,13 +127,13 @@ def step(agent: Agent) -> None:
     inc = agent.inc
     shrink_due = inc.shrink_due or due
     joins_due = inc.joins_due() or due
+    redo_due = redo_at(agent) or due
     timeout = max(
         0.0,
         min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due, joins_due)
         - time.monotonic(),
     )
-    busy = inc.redo or inc.redo_layers or inc.redo_host
-    events_ready, devices_ready = sources.wait(0.0 if busy else timeout)
+    events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
     if sources.stop:
         return
     if sources.reload:
@@ -159,18 +160,17 @@ def step(agent: Agent) -> None:
         except Exception:
             log.exception("event pass failed; a full pass follows")
             return full(agent, "recovery")
+        finally:
+            agent.last_event = time.monotonic()
     # A few joins at a time, and only while no event waits: each can block for milliseconds
     # while threads are being created. Then, after a re-layer, the pool's threads.
     deadline = time.monotonic() + JOIN_BUDGET_S
-    while joins_ready(agent) and time.monotonic() < deadline and not sources.events_waiting():
+    while ready(inc.joins_due()) and time.monotonic() < deadline and not sources.events_waiting():
         agent.join_cpusets(4)
     deadline = time.monotonic() + REDO_BUDGET_S
-    while (
-        (inc.redo or inc.redo_layers or inc.redo_host)
-        and not sources.events_waiting()
-        and time.monotonic() < deadline
-    ):
+    while ready(redo_at(agent)) and time.monotonic() < deadline and not sources.events_waiting():
         agent.redo(8)  # under a millisecond each: an event waits at most that long
+        agent.last_redo = time.monotonic()
     idle = not (inc.pending or inc.redo or inc.redo_layers or inc.redo_host)
     if idle and agent.journal.compact_due and not sources.events_waiting():
         agent.journal.compact()
@@ -195,8 +195,17 @@ def step(agent: Agent) -> None:
         agent.status.written = now  # nothing new: check again in a second
 
 
-def joins_ready(agent: Agent) -> bool:
-    due = agent.inc.joins_due()
+def redo_at(agent: Agent) -> float | None:
+    """When the pool's threads left by a re-layer may be worked on (None: none are left):
+    ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
+    threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
+    inc = agent.inc
+    if not (inc.redo or inc.redo_layers or inc.redo_host):
+        return None
+    return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
+
+
+def ready(due: float | None) -> bool:
     return due is not None and due <= time.monotonic()
 
 
