@@ -69,9 +69,12 @@ class Incremental:
         self.members: dict[str, set[int]] = {}
         self.shrink_due: float | None = None  # monotonic time a layer gives CPUs back
         self.why = ""  # what the last check_sizes found, in words
-        self.redo: dict[int, None] = {}  # threads to decide again after a re-layer (tids)
-        self.redo_layers: set[str] = set()  # layers whose threads all go in ``redo``
-        self.redo_host: dict | None = None  # the IRQ and cpufreq knobs a re-layer wants
+        # After a re-layer: the layers whose threads are decided again, the tids still to look
+        # at (listed at the first take_redo: a copy of 100k keys takes a millisecond, picking
+        # out a layer's threads twenty), and the IRQ and cpufreq knobs it wants.
+        self.redo_layers: set[str] = set()
+        self.redo: list[int] | None = None
+        self.redo_host: dict | None = None
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value, when it is due), oldest first.
         self.pending: dict[str, tuple[object, str, object, float]] = {}
@@ -81,7 +84,7 @@ class Incremental:
         built, not after (at 100k threads holding both was the agent's peak memory)."""
         self.plan, self.planner, self.classified = None, None, {}
         self.members, self.counts = {}, Counter()
-        self.shrink_due, self.redo, self.redo_host = None, {}, None
+        self.shrink_due, self.redo, self.redo_host = None, None, None
         self.redo_layers = set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
 
@@ -285,24 +288,39 @@ class Incremental:
         self.redo_host = {k: v for k, v in host.items() if k.startswith(HOST_PREFIXES)}
         want = {k: v for k, v in host.items() if not k.startswith(HOST_PREFIXES)}
         now = [self.classified[t] for n in sorted(moved) for t in self.members.get(n, ())]
-        # the open layers' threads (maybe most of the host): listed at the first take_redo
-        self.redo_layers |= {n for n in moved if n not in self.members}
+        # the open layers' threads (maybe most of the host): listed at the next take_redo
+        later = {n for n in moved if n not in self.members}
+        if later:
+            self.redo_layers |= later
+            self.redo = None
         moved_cpus = " ".join(
             f"{n}={format_cpulist(layer_cpus[n]) or '-'}" for n in sorted(moved & set(layer_cpus))
         )
         said = f"{moved_cpus} pool={format_cpulist(pool)}".strip()
         return want, now, said
 
+    @property
+    def redo_left(self) -> bool:
+        """Whether a re-layer left threads or host knobs to decide again."""
+        return bool(self.redo_layers or self.redo_host)
+
     def take_redo(self, count: int) -> list[Classified]:
-        """Up to ``count`` threads a re-layer left to decide again (those still here)."""
-        if self.redo_layers:
-            later, self.redo_layers = self.redo_layers, set()
-            self.redo.update((tid, None) for tid, c in self.classified.items() if c.layer in later)
-        take = [self.redo.popitem()[0] for _ in range(min(count, len(self.redo)))]
+        """Up to ``count`` threads of the layers a re-layer left (looking at a few hundred)."""
         assert self.planner is not None
+        if self.redo is None:
+            self.redo = list(self.classified)
         layers, exclude = self.planner.layers, self.planner.exclude_pids
-        items = (self.classified.get(tid) for tid in take)
-        return [c for c in items if c is not None and may_touch(c, layers, exclude)]
+        out: list[Classified] = []
+        for _ in range(min(len(self.redo), 64 * count)):
+            item = self.classified.get(self.redo.pop())
+            wanted = item is not None and item.layer in self.redo_layers
+            if wanted and may_touch(item, layers, exclude):
+                out.append(item)
+                if len(out) == count:
+                    break
+        if not self.redo:
+            self.redo_layers, self.redo = set(), None
+        return out
 
     def note_applied(self, report: PassReport) -> None:
         """Keep the cached threads true to what was just written, so that the next event pass

@@ -171,7 +171,7 @@ def step(agent: Agent) -> None:
     while ready(redo_at(agent)) and time.monotonic() < deadline and not sources.events_waiting():
         agent.redo(8)  # under a millisecond each: an event waits at most that long
         agent.last_redo = time.monotonic()
-    idle = not (inc.pending or inc.redo or inc.redo_layers or inc.redo_host)
+    idle = not (inc.pending or inc.redo_left)
     if idle and agent.journal.compact_due and not sources.events_waiting():
         agent.journal.compact()
     now = time.monotonic()
@@ -200,7 +200,7 @@ def redo_at(agent: Agent) -> float | None:
     ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
     threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
     inc = agent.inc
-    if not (inc.redo or inc.redo_layers or inc.redo_host):
+    if not inc.redo_left:
         return None
     return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
 

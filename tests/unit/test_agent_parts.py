@@ -151,7 +151,7 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     assert agent.counters["relayers"] == 1 and agent.counters["full_passes"] == 1
     assert agent.plan.layer("trainer").wanted > trainer.wanted
     assert agent.plan.layer("trainer").cpus > trainer.cpus  # it keeps the CPUs it had
-    while agent.inc.redo or agent.inc.redo_layers or agent.inc.redo_host:
+    while agent.inc.redo_left:
         agent.redo(64)
     again = agent.pass_once()  # a full pass agrees: nothing left to write
     assert agent.plan.layer("trainer").cpus > trainer.cpus
