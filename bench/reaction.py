@@ -58,6 +58,9 @@ a thread's own name: renames are run with ``--tuned-rename-samples`` samples onl
 Install it with ``apt-get install tuned linux-perf`` (linux-perf holds the ``perf`` Python module
 its event-driven mode needs; without it the plugin does not load).
 
+``HOSTD_BENCH_KEEP_LOG=FILE`` keeps a copy of the agent's log there (its ``relayer`` lines give the
+re-layer's own time).
+
 Everything the benchmark changes is undone in a ``finally`` (SIGINT, SIGTERM and SIGHUP are
 caught so that it runs): kernel limits (bench/scan.py's ``Limits``), helper and workload
 processes, the agent (SIGTERM, which restores; on any failure also ``hostd restore``), tuned
@@ -652,6 +655,8 @@ class HostdArm:
                     f"{_tail(self.log)}"
                 )
             self.proc = None
+        if os.environ.get("HOSTD_BENCH_KEEP_LOG"):  # the agent's log, kept for a look
+            shutil.copyfile(self.log, os.environ["HOSTD_BENCH_KEEP_LOG"])
         if failed or problems:
             out = subprocess.run(
                 self._hostd(
