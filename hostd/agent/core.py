@@ -21,7 +21,7 @@ from hostd import knobkinds, knobs
 from hostd.agent import loop
 from hostd.agent.attempts import Attempts
 from hostd.agent.events import Batch
-from hostd.agent.incremental import HOST_PREFIXES, Incremental
+from hostd.agent.incremental import Incremental
 from hostd.agent.layerstats import LayerStats
 from hostd.agent.lock import AgentError
 from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
@@ -184,7 +184,7 @@ class Agent:
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
-        report = self.apply_threads(want, items)
+        report = self.apply_threads(want, items, fresh=True)
         report.results[:0] = first.results
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
@@ -209,7 +209,7 @@ class Agent:
             return PassReport()
         want, items, moved = relayed
         want.update(self.inc.decide(items, self.base_affinity))
-        report = self.apply_threads(want, items)
+        report = self.apply_threads(want, items, fresh=False)
         self.counters["relayers"] += 1
         self.counters.update(r.outcome for r in report.results)
         log.info(
@@ -230,11 +230,9 @@ class Agent:
         if host is not None:
             report = self.reconcile(host, {}, only=())
             if self.mode == "enforce":  # those the layers no longer want: back to originals
-                stale = [
-                    k for k in self.journal.recorded()
-                    if k.startswith(HOST_PREFIXES) and k not in host
-                ]  # fmt: skip
+                stale = [k for k in inc.redo_stale if k not in host and k in self.journal]
                 report.results += restore_keys(self.host, self.journal, stale)
+            inc.redo_stale = set()
             self.counters.update(r.outcome for r in report.results)
             loop.log_problems(report)
             return
@@ -247,7 +245,7 @@ class Agent:
             key = knobs.task_key(item.task.tid, item.task.start_time, "affinity")
             if key not in want and key in self.journal:
                 want[key] = self.journal.original(key)
-        report = self.apply_threads(want, items)
+        report = self.apply_threads(want, items, fresh=False)
         self.counters["redone"] += len(items)
         self.counters.update(r.outcome for r in report.results)
         loop.log_problems(report)
@@ -262,7 +260,7 @@ class Agent:
             return
         items = inc.classify(changed, self.classifier, self.exclude)
         want = inc.decide(items, self.base_affinity)
-        report = self.apply_threads(want, items)
+        report = self.apply_threads(want, items, fresh=True)
         self.counters["relooked"] += len(changed)
         self.counters.update(r.outcome for r in report.results)
         log.info(
@@ -287,13 +285,17 @@ class Agent:
                 placed.discard(ev.tid)
                 self.event_lag.observe(max(0, now - ev.ts) / 1e9)
 
-    def apply_threads(self, want: dict, items: list[Classified]) -> PassReport:
-        """Write ``want`` for these threads, just read or decided (their start times trusted),
-        giving back their journaled knobs it no longer holds; other threads are left alone."""
+    def apply_threads(self, want: dict, items: list[Classified], fresh: bool) -> PassReport:
+        """Write ``want`` for these threads, giving back their journaled knobs it no longer
+        holds; other threads are left alone. ``fresh``: the threads were just read from /proc,
+        so their start times are trusted (else each write checks the thread is still the same:
+        a re-layer's threads may have been read minutes ago, their tids since reused)."""
+        observed = Observed(item.task for item in items)
+        only = [i.task.key for i in items]
+        if not fresh:
+            return self.reconcile(want, observed, only=only)
         with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
-            return self.reconcile(
-                want, Observed(item.task for item in items), only=[i.task.key for i in items]
-            )
+            return self.reconcile(want, observed, only=only)
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set

@@ -75,6 +75,7 @@ class Incremental:
         self.redo_layers: set[str] = set()
         self.redo: list[int] | None = None
         self.redo_host: dict | None = None
+        self.redo_stale: set[str] = set()  # IRQ and cpufreq keys earlier plans wanted
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value, when it is due), oldest first.
         self.pending: dict[str, tuple[object, str, object, float]] = {}
@@ -85,7 +86,7 @@ class Incremental:
         self.plan, self.planner, self.classified = None, None, {}
         self.members, self.counts = {}, Counter()
         self.shrink_due, self.redo, self.redo_host = None, None, None
-        self.redo_layers = set()
+        self.redo_layers, self.redo_stale = set(), set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
 
     def start(
@@ -266,6 +267,8 @@ class Incremental:
                 if cpuset:
                     homes.setdefault(name, set()).add(home_of(cpuset))
         groups = plan_cpusets(topo, policy, layer_cpus, pool, homes)
+        before = desired_state(replace(old, tasks=(), numa=()), ())
+        self.redo_stale |= {k for k in before if k.startswith(HOST_PREFIXES)}
         scratch: list[str] = []  # the full pass's notes stay those of the full pass
         self.plan = replace(
             old,

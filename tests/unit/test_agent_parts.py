@@ -164,6 +164,19 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
         assert tid not in agent.inc.classified
         assert not [k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")]
     assert any(k.startswith(f"task/{RANK}@") for k in agent.journal.recorded())
+    # Given back: the trainer's CPUs shrink without a full pass, the pool's threads follow, and
+    # the cpufreq settings of the CPUs it gave back are restored; a full pass then agrees.
+    grown = agent.plan.layer("trainer").cpus
+    agent.relayer("shrink")
+    assert agent.plan.layer("trainer").cpus < grown and agent.counters["full_passes"] == 2
+    freq = {k for k in agent.journal.recorded() if k.startswith("cpu/")}
+    while agent.inc.redo_left:
+        agent.redo(64)
+    assert {k for k in agent.journal.recorded() if k.startswith("cpu/")} < freq
+    again = agent.pass_once()
+    assert agent.plan.layer("trainer").cpus < grown
+    changed = [r for r in again.results if r.outcome in ("applied", "restored")]
+    assert not changed, changed
 
 
 class _Connector:
