@@ -179,8 +179,11 @@ class Agent:
             self.journal.done(task_records(self.journal, [t.key for t in exited]))
         items = inc.classify(touched.values(), self.classifier, self.exclude)
         first = PassReport()
-        if inc.check_sizes(self.policy, self.sizer.planned()):
-            first = self.relayer("grow", inc.why)  # a layer's first member: its CPUs first
+        # A layer's first member: the layer's CPUs first; on v2, a member from a home cgroup
+        # without the layer's cpuset: that cpuset first.
+        reason = "grow" if inc.check_sizes(self.policy, self.sizer.planned()) else ""
+        if reason or inc.homeless(items):
+            first = self.relayer(reason or "home", inc.why, homes_only=not reason)
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
@@ -199,12 +202,12 @@ class Agent:
         loop.log_problems(report)
         return report
 
-    def relayer(self, reason: str, why: str = "") -> PassReport:
+    def relayer(self, reason: str, why: str = "", homes_only: bool = False) -> PassReport:
         """Plan the layers' CPUs again alone (``Incremental.relayer``) and write what must change
         now: hostd's cpusets and the threads of the layers whose CPUs moved. The pool's threads
         follow a few at a time (``redo``)."""
         started = time.monotonic()
-        relayed = self.inc.relayer(self.policy, self.sizer.planned())
+        relayed = self.inc.relayer(self.policy, self.sizer.planned(), homes_only)
         if relayed is None:
             return PassReport()
         want, items, moved = relayed
@@ -219,7 +222,7 @@ class Agent:
             " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
         )  # fmt: skip
         loop.log_problems(report)
-        self.write_status(PassReport(), None, state="running")  # the layers' new CPUs, said now
+        self.status.due_now()  # the layers' new CPUs, said at the loop's next quiet moment
         return report
 
     def redo(self, count: int) -> None:
@@ -288,12 +291,12 @@ class Agent:
     def apply_threads(self, want: dict, items: list[Classified], fresh: bool) -> PassReport:
         """Write ``want`` for these threads, giving back their journaled knobs it no longer
         holds; other threads are left alone. ``fresh``: the threads were just read from /proc,
-        so their start times are trusted (else each write checks the thread is still the same:
-        a re-layer's threads may have been read minutes ago, their tids since reused)."""
+        so their start times are trusted (else each is checked first: a re-layer's threads may
+        have been read minutes ago, their tids since reused; one that fails is left out)."""
+        if not fresh:  # one check per thread now, not one per knob read and written
+            items = [i for i in items if self.host.start_time(i.task.tid) == i.task.start_time]
         observed = Observed(item.task for item in items)
         only = [i.task.key for i in items]
-        if not fresh:
-            return self.reconcile(want, observed, only=only)
         with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
             return self.reconcile(want, observed, only=only)
 

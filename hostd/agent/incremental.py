@@ -38,7 +38,7 @@ from hostd import knobkinds, knobs
 from hostd.agent.events import Batch
 from hostd.classify import Classified, Classifier
 from hostd.host.syscalls import POLICY_NUMBERS
-from hostd.model.cpus import format_cpulist, home_of, parse_cpulist
+from hostd.model.cpus import format_cpulist, home_of, parse_cpulist, v2_group
 from hostd.model.tasks import Task
 from hostd.model.topology import Topology
 from hostd.plan import NumaPlan, Plan, TaskPlan, TaskPlanner, layer_want, may_touch, smt_width_of
@@ -46,6 +46,7 @@ from hostd.plan.cpufreq import plan_cpufreq
 from hostd.plan.irq import plan_irqs
 from hostd.plan.layers import plan_cpusets, plan_layers
 from hostd.plan.numa import _target_node
+from hostd.plan.values import LayerPlan
 from hostd.policy import Policy
 from hostd.reconcile import PassReport, desired_for_tasks, desired_state
 from hostd.tasks import TaskCache
@@ -226,17 +227,39 @@ class Incremental:
             self.why = shrink
         return False
 
+    def homeless(self, items: list[Classified]) -> bool:
+        """On cgroup v2: whether one of these members of a layer with CPUs of its own lives in a
+        home cgroup without that layer's cpuset (``G/hostd.<layer>``) yet; ``relayer`` makes it
+        (``why`` says which)."""
+        planner = self.planner
+        if planner is None or not planner.v2:
+            return False
+        for item in items:
+            name, cpuset = item.layer, item.task.process.cpuset
+            if not cpuset or not planner.layer_cpus.get(name):
+                continue
+            if item.task.tid in self.members.get(name, ()):
+                home = home_of(cpuset)
+                if v2_group(home, name) not in planner.groups:
+                    self.why = f"layer={name} home={home}"
+                    return True
+        return False
+
     def relayer(
-        self, policy: Policy, sizes: dict[str, int]
+        self, policy: Policy, sizes: dict[str, int], homes_only: bool = False
     ) -> tuple[dict, list[Classified], str] | None:
-        """Plan the layers' CPUs again from their members now, keeping every other decision.
+        """Plan the layers' CPUs again from their members now, keeping every other decision
+        (``homes_only``: keep the layers' CPUs too, and only add the v2 cpusets that members'
+        new home cgroups lack; a shrink still waits for its time).
 
         Returns the knobs to write now (hostd's cpusets), the threads of the layers whose CPUs
         changed, to decide now, and what moved, in words; the threads that use the pool, and the
-        IRQ and cpufreq knobs, wait in ``redo``/``redo_host``. None when no CPUs move.
+        IRQ and cpufreq knobs, wait in ``redo``/``redo_host``. None when nothing changes.
         """
         old, topo, planner = self.plan, self.topology, self.planner
         assert old is not None and topo is not None and planner is not None
+        if homes_only:
+            return self._relayer(policy, {lp.name: lp for lp in old.layers}, old.pool)
         self.shrink_due = None
         targets: dict[str, Counter[int]] = {}
         for name, tids in self.members.items():
@@ -251,15 +274,20 @@ class Incremental:
         layer_plans, pool = plan_layers(
             topo, policy, self.counts, targets, sizes=sizes, current=current
         )
+        return self._relayer(policy, layer_plans, pool)
+
+    def _relayer(
+        self, policy: Policy, layer_plans: dict[str, LayerPlan], pool: frozenset[int]
+    ) -> tuple[dict, list[Classified], str] | None:
+        old, topo, planner = self.plan, self.topology, self.planner
+        assert old is not None and topo is not None and planner is not None
+        current = {lp.name: lp.cpus for lp in old.layers}
         layer_cpus = {n: lp.cpus for n, lp in layer_plans.items() if lp.kind != "open"}
         moved = {n for n, cpus in layer_cpus.items() if cpus != current.get(n)}
         if pool != old.pool:  # every layer whose threads may use the pool
             moved |= {
                 ly.name for ly in policy.layers if ly.kind != "confined" or not layer_cpus[ly.name]
             }
-        if not moved:
-            self.plan = replace(old, layers=tuple(layer_plans.values()))
-            return None
         homes: dict[str, set[str]] = {}
         for name, tids in self.members.items():
             for tid in tids:
@@ -267,6 +295,10 @@ class Incremental:
                 if cpuset:
                     homes.setdefault(name, set()).add(home_of(cpuset))
         groups = plan_cpusets(topo, policy, layer_cpus, pool, homes)
+        added = sorted(set(groups) - set(planner.groups))  # v2: a member's new home
+        if not moved and not added:
+            self.plan = replace(old, layers=tuple(layer_plans.values()))
+            return None
         before = desired_state(replace(old, tasks=(), numa=()), ())
         self.redo_stale |= {k for k in before if k.startswith(HOST_PREFIXES)}
         scratch: list[str] = []  # the full pass's notes stay those of the full pass
@@ -300,6 +332,8 @@ class Incremental:
             f"{n}={format_cpulist(layer_cpus[n]) or '-'}" for n in sorted(moved & set(layer_cpus))
         )
         said = f"{moved_cpus} pool={format_cpulist(pool)}".strip()
+        if added:
+            said += f" cgroups=+{',+'.join(added)}"
         return want, now, said
 
     @property

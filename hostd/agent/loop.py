@@ -189,8 +189,8 @@ def step(agent: Agent) -> None:
         agent.write_status(PassReport(), None, state="running")  # what it found, said now
     if now >= due:
         full(agent, why)
-    elif now >= status_due:
-        if agent.counters != agent.status.counters or agent.watcher.changed:
+    elif now >= status_due and not sources.events_waiting():
+        if agent.status.forced or agent.counters != agent.status.counters or agent.watcher.changed:
             agent.write_status(PassReport(), None, state="running")
         agent.status.written = now  # nothing new: check again in a second
 

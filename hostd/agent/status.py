@@ -117,6 +117,7 @@ class StatusFile:
         self.last: dict = {}
         self.written = 0.0  # monotonic time of the last write
         self.counters: Counter[str] = Counter()  # the agent's counters it said
+        self.forced = False  # written when due even if no counter changed
         self._fd: int | None = None
 
     @property
@@ -124,8 +125,13 @@ class StatusFile:
         """When the next write between full passes may happen (monotonic time)."""
         return self.written + EVERY_S
 
+    def due_now(self) -> None:
+        """Written at the loop's next quiet moment (not within an event pass: a rename can take
+        milliseconds on a disk, and events wait meanwhile)."""
+        self.written, self.forced = 0.0, True
+
     def write(self, status: dict, counters: Counter[str]) -> None:
-        self.last, self.counters = status, counters.copy()
+        self.last, self.counters, self.forced = status, counters.copy(), False
         self.written = time.monotonic()
         if self._fd is None:
             self._fd = open_dir(self.run_dir)
