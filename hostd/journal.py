@@ -7,7 +7,10 @@ file as it was (cut back to its length before) and the journal's memory unchange
 never overwritten, so however many times hostd changes it, restore puts back what was there
 before hostd. Each record carries the boot id, hostd's version, the policy hash and a CRC-32 of
 the line (``sum``), which tells a line damaged or edited since from one cut off by a crash.
-Task keys include the thread's start time, so a reused tid is never "restored".
+Task keys include the thread's start time, so a reused tid is never "restored". ``stage``
+appends the same way but leaves the fsync to a background thread: its originals count as
+recorded (``key in journal``) only once ``settled()`` saw that fsync succeed, so the rule holds
+while the agent handles events meanwhile.
 
 On load, every line is checked before anything is written with it: it must be UTF-8 JSON, its
 sum must match, its key must name a knob hostd may have changed and its value must be one that
@@ -38,6 +41,7 @@ import stat
 import time
 import zlib
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -102,6 +106,12 @@ class Journal:
         # times its open records is compacted at once.
         self.defer_compaction = False
         self._fd: int | None = None
+        # ``stage``: originals appended but not yet fsynced (not records until ``settled``),
+        # and the background fsync that makes them durable
+        self.staged: dict[str, Record] = {}
+        self._sync: Future | None = None
+        self._syncer: ThreadPoolExecutor | None = None
+        self.unsynced = ""  # why the last staged originals could not be made durable
         self._load()
 
     # -- reading -----------------------------------------------------------------------------
@@ -227,17 +237,23 @@ class Journal:
             os.close(self._fd)
             self._fd = None
 
+    def _new(self, originals: list[tuple]) -> dict[str, Record]:
+        now = time.time()
+        new: dict[str, Record] = {}
+        for key, orig, *inherit in originals:
+            if key not in self.records and key not in self.staged and key not in new:
+                new[key] = Record(
+                    key, orig, self.boot_id, __version__, self.policy_sha, now, *inherit[:1]
+                )
+        return new
+
     def record(self, originals: list[tuple]) -> None:
         """Durably record originals of keys not yet recorded: (key, original) or (key,
         original, inherit). Call before writing the knobs; on ``JournalError`` nothing was
         recorded, and none of them may be written."""
-        now = time.time()
-        new: dict[str, Record] = {}
-        for key, orig, *inherit in originals:
-            if key not in self.records and key not in new:
-                new[key] = Record(
-                    key, orig, self.boot_id, __version__, self.policy_sha, now, *inherit[:1]
-                )
+        if self.staged and any(o[0] in self.staged for o in originals):
+            self.settled(wait=True)  # a knob of a staged original: wait for its fsync
+        new = self._new(originals)
         if not new:
             return
         try:
@@ -246,7 +262,52 @@ class Journal:
             raise JournalError(
                 f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
             ) from None
+        self.records.update(self.staged)  # appended before these: durable with them
+        self.staged = {}
         self.records.update(new)
+
+    def stage(self, originals: list[tuple]) -> None:
+        """Like ``record``, but the fsync runs in a background thread: the agent goes on with
+        events meanwhile, and writes these knobs once ``settled()`` (they are then in the
+        journal). With a sync already running, this one syncs at once. On ``JournalError``
+        nothing was recorded."""
+        if self._sync is not None:
+            self.record(originals)
+            return
+        new = self._new(originals)
+        if not new:
+            return
+        try:
+            self._append((self._line(rec) for rec in new.values()), sync=False)
+            fd = os.dup(self._fd)  # type: ignore[arg-type]  # a compaction may close ours
+        except OSError as exc:
+            raise JournalError(
+                f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
+            ) from None
+        self.staged.update(new)
+        self.unsynced = ""
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="hostd-journal")
+        self._sync = self._syncer.submit(_sync_and_close, fd)
+
+    def settled(self, wait: bool = False) -> bool:
+        """Whether no staged original waits for its fsync (``wait``: wait for it). When the
+        background fsync finished they are records; when it failed they are dropped (their
+        knobs are never written) and ``problem`` says why."""
+        sync = self._sync
+        if sync is None:
+            return True
+        if not wait and not sync.done():
+            return False
+        self._sync = None
+        exc = sync.exception()
+        if exc is None:
+            self.records.update(self.staged)
+        elif self.staged:
+            self.unsynced = f"{self.path}: {len(self.staged)} original(s) not made durable ({exc})"
+            self.problem = self.unsynced
+        self.staged = {}
+        return True
 
     def done(self, keys: list[str]) -> None:
         """Close records (restored, or their thread is gone). Not synced: a lost done line
@@ -274,6 +335,8 @@ class Journal:
         """Rewrite the journal with only open records: temp file, fsync, rename, fsync dir.
         On failure the old file stays (and ``problem`` says why); so does a damaged one, to be
         set aside with its damaged lines (``set_aside``)."""
+        if not self.settled():
+            return  # a staged original's line would be lost: later
         self.close()
         if self.damaged:
             return
@@ -310,6 +373,13 @@ class Journal:
         _fsync_dir(self.dir)
         self.damaged, self.torn = [], None
         return dest
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 def _whole_lines(fd: int) -> int:

@@ -173,6 +173,18 @@ def _outcome(exc: HostError) -> str:
     return exc.outcome
 
 
+@dataclass
+class Prepared:
+    """What a pass will change, read and decided before anything is written (``prepare``):
+    the report so far, the knobs to write (key, wanted, current), the originals to record
+    first and the knobs to give back."""
+
+    report: PassReport
+    changes: list[tuple[str, object, object]]
+    originals: list[tuple]
+    giveback: list[str]
+
+
 def reconcile(
     host: Host,
     journal: Journal | None,
@@ -194,6 +206,34 @@ def reconcile(
     inherited from one hostd changed (a thread born SCHED_IDLE in a demoted session); by
     default the current value.
     """
+    prep = prepare(
+        host, journal, want, observed, live_keys=live_keys, unchangeable=unchangeable,
+        only=only, inherited=inherited,
+    )  # fmt: skip
+    if journal is None:
+        return prep.report
+    # Write-ahead: originals first, durably, then the writes.
+    unjournaled = ""
+    try:
+        journal.record(prep.originals)
+    except JournalError as exc:  # a full disk: none of these is written
+        unjournaled = str(exc)
+    return finish(host, journal, prep, unchangeable, unjournaled)
+
+
+def prepare(
+    host: Host,
+    journal: Journal | None,
+    want: dict[str, object],
+    observed: Observed,
+    *,
+    live_keys: set[tuple[int, int]] | None = None,
+    unchangeable: set[str],
+    only: Iterable[tuple[int, int]] | None = None,
+    inherited: Callable[[str, object], object] | None = None,
+) -> Prepared:
+    """``reconcile``'s reads and decisions, nothing written (but the done lines of threads
+    that are gone)."""
     report = PassReport()
     changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
     for key in sorted(want, key=_order):
@@ -239,9 +279,8 @@ def reconcile(
             report.results.append(Result(key, "would-apply", value))
         for key in giveback:
             report.results.append(Result(key, "would-restore"))
-        return report
+        return Prepared(report, [], [], [])
 
-    # Write-ahead: originals first, durably, then the writes.
     # The value just observed is the original, unless the snapshot could not see all of it.
     originals: list[tuple] = []
     tick = None
@@ -265,12 +304,16 @@ def reconcile(
             continue
         tick = host.ticks_now() if tick is None else tick
         originals.append((key, orig, {"to": value, "sid": task.process.session, "tick": tick}))
-    unjournaled = ""
-    try:
-        journal.record(originals)
-    except JournalError as exc:  # a full disk: none of these is written
-        unjournaled = str(exc)
-    for key, value, _ in changes:
+    return Prepared(report, changes, originals, giveback)
+
+
+def finish(
+    host: Host, journal: Journal, prep: Prepared, unchangeable: set[str], unjournaled: str = ""
+) -> PassReport:
+    """``reconcile``'s writes, once the originals ``prepare`` found are in the journal
+    (``unjournaled``: why they could not be recorded)."""
+    report = prep.report
+    for key, value, _ in prep.changes:
         if key not in journal:
             # Never write what cannot be restored: its original could not be read (reported
             # above) or not be recorded durably.
@@ -285,7 +328,7 @@ def reconcile(
             if outcome == "unchangeable":
                 unchangeable.add(key)
             report.results.append(Result(key, outcome, value, str(exc)))
-    report.results += restore_keys(host, journal, giveback)
+    report.results += restore_keys(host, journal, prep.giveback)
     return report
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import threading
 
+import hostd.journal as journal_module
 from hostd.journal import Journal
 
 
@@ -74,3 +78,62 @@ def test_more_lines_than_one_written_chunk_all_survive_a_reload(tmp_path):
     again = Journal(tmp_path, "boot-a")
     assert again.recorded() == [key for key, _ in originals[5000:]]
     assert all(again.original(key) == "0-1" for key in again.recorded())
+
+
+class HeldSync:
+    """The journal's background fsync, held until ``release`` (or failing with ``error``)."""
+
+    def __init__(self, monkeypatch, error: OSError | None = None) -> None:
+        self.go = threading.Event()
+        self.error = error
+        real = journal_module._sync_and_close
+
+        def held(fd: int) -> None:
+            self.go.wait(10)
+            if self.error is not None:
+                os.close(fd)
+                raise self.error
+            real(fd)
+
+        monkeypatch.setattr(journal_module, "_sync_and_close", held)
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def test_staged_originals_are_records_only_once_their_fsync_ended(tmp_path, monkeypatch):
+    sync = HeldSync(monkeypatch)
+    j = Journal(tmp_path, "b")
+    j.record([("irq/1/smp_affinity_list", "0")])
+    j.stage([("task/10@99/affinity", "0-3"), ("task/11@99/affinity", "0-3")])
+    assert "task/10@99/affinity" not in j and not j.settled()  # its knob may not be written
+    j.done(["irq/1/smp_affinity_list"])
+    j.compact()  # would drop the staged lines: it waits
+    assert "task/10@99/affinity" in (tmp_path / "journal.jsonl").read_text()
+    sync.release()
+    assert j.settled(wait=True)
+    assert j.original("task/10@99/affinity") == "0-3" and "task/11@99/affinity" in j
+    assert Journal(tmp_path, "b").recorded() == ["task/10@99/affinity", "task/11@99/affinity"]
+
+
+def test_recording_a_staged_key_waits_for_its_fsync_and_keeps_the_first_original(
+    tmp_path, monkeypatch
+):
+    sync = HeldSync(monkeypatch)
+    j = Journal(tmp_path, "b")
+    j.stage([("task/10@99/nice", 0)])
+    threading.Timer(0.05, sync.release).start()
+    j.record([("task/10@99/nice", 5), ("task/12@99/nice", 1)])  # an event pass's write
+    assert j.original("task/10@99/nice") == 0 and j.original("task/12@99/nice") == 1
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and not j.staged
+
+
+def test_a_failed_background_fsync_records_nothing_and_says_why(tmp_path, monkeypatch):
+    sync = HeldSync(monkeypatch, OSError(errno.EIO, "Input/output error"))
+    j = Journal(tmp_path, "b")
+    j.stage([("task/10@99/nice", 0)])
+    sync.release()
+    assert j.settled(wait=True)
+    assert "task/10@99/nice" not in j and not j.staged
+    assert "1 original(s) not made durable" in j.unsynced and j.problem == j.unsynced
