@@ -272,9 +272,12 @@ class TaskCache:
     # this many seconds after hostd first saw it: NCCL starts its threads, which then settle
     # into poll(2); a queue feeder writes before it waits.
     RELOOK_FOR = 120.0
-    # At most this many threads per relook (the next relook goes on where this one stopped): a
-    # process of any user can claim a job and start thousands of unnamed threads.
+    # At most this many threads, and this much time, per relook (once a second; the next one
+    # goes on where this one stopped): a process of any user can claim a job and start
+    # thousands of unnamed threads. 256 took 9 ms a second (0.9 % of a core) at the reaction
+    # benchmark's 100k threads, whose two ranks hold 10k unnamed threads.
     RELOOK_MAX = 256
+    RELOOK_BUDGET_S = 0.003
 
     def __init__(
         self,
@@ -448,11 +451,13 @@ class TaskCache:
     def relook(self) -> list[Task]:
         """Look again at the unsettled unnamed threads of jobs; returns those whose activity
         changed (to be classified again). One read of its syscall file per thread, a second
-        of its io file when it waits, for at most ``RELOOK_MAX`` threads, in turn; a thread seen
-        ``RELOOK_FOR`` seconds is settled."""
+        of its io file when it waits, for at most ``RELOOK_MAX`` threads and ``RELOOK_BUDGET_S``
+        seconds, in turn; a thread seen ``RELOOK_FOR`` seconds is settled."""
         now = time.monotonic()
         changed = []
         for tid, since in list(itertools.islice(self.unsettled.items(), self.RELOOK_MAX)):
+            if time.monotonic() - now > self.RELOOK_BUDGET_S:
+                break
             del self.unsettled[tid]  # back at the end below, while it stays unsettled
             task = self.tasks.get(tid)
             if task is None or now - since > self.RELOOK_FOR:

@@ -239,3 +239,31 @@ def test_a_relook_looks_at_a_bounded_number_of_threads_in_turn(monkeypatch):
     for _ in range(3):
         cache.relook()
     assert looked == [] and not cache.unsettled
+
+
+def test_a_relook_stops_at_its_time_budget_and_goes_on_next_time(monkeypatch):
+    """Reading a thread's activity costs tens of microseconds: a relook stops once it spent
+    RELOOK_BUDGET_S (a bound on the agent's own CPU at 100k threads), the next goes on."""
+    from tests.unit.test_classify import rank
+
+    cache = TaskCache(Host())
+    looked: list[int] = []
+
+    def slow(pid: int, tid: int) -> str:
+        looked.append(tid)
+        time.sleep(cache.RELOOK_BUDGET_S * 1.5)  # each read alone is over the budget
+        return "waits"
+
+    monkeypatch.setattr(cache.host, "thread_activity", slow)
+    for i in range(20):
+        task = rank(leader=False, tid=10_000 + i, uid=1000, activity="waits")
+        cache.tasks[task.tid] = task
+        cache.unsettled[task.tid] = time.monotonic()
+    seen = []
+    for _ in range(10):
+        looked.clear()
+        cache.relook()
+        assert len(looked) <= 1, looked
+        seen += looked
+    assert len(set(seen)) == len(seen) >= 5  # in turn, none twice
+    assert len(cache.unsettled) == 20  # none dropped for lack of time
