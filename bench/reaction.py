@@ -3,7 +3,7 @@
 
 Run as root from the repository root::
 
-    python3 bench/reaction.py [--threads 1000,10000,100000] [--samples 200] [--arms hostd,tuned]
+    python3 bench/reaction.py [--threads 1000,10000,100000] [--arms hostd,tuned,floor]
     python3 bench/reaction.py --quick                        # a smoke run: 1k threads, 2 s storm
     python3 bench/reaction.py --write BENCHMARKS.md          # replace "## Reaction time ..."
 
@@ -16,8 +16,9 @@ own affinity is exactly that layer's CPU set (read from the agent's status.json)
 SCHED_BATCH and its nice -5.
 
 For each background size (idle threads started by bench/scan.py's helper tree, named like a
-PyTorch job, none of them ``bench_hot``) and each arm (hostd, and tuned's scheduler plugin for
-comparison), with the arm started first:
+PyTorch job, none of them ``bench_hot``) and each arm (hostd, tuned's scheduler plugin for
+comparison, and on request ``floor``: bench/floor_reactor.py, the least a Python agent does per
+thread, which shows the machine's own tail), with the arm started first:
 
 * **new**: a workload process (started as ``bench_hot``, comm ``bench_hot``) creates one thread at
   a time. New threads inherit affinity, policy and nice from their creator, and the creator
@@ -100,6 +101,7 @@ REPO = BENCH.parent
 SECTION = "## Reaction time (bench/reaction.py)"
 POLICY = BENCH / "reaction_policy.toml"
 TUNED_PROFILE = BENCH / "tuned" / "hostd-bench"
+FLOOR = BENCH / "floor_reactor.py"
 TUNED_ETC = Path("/etc/tuned")  # tuned 2.20 loads profiles only from /usr/lib/tuned, /etc/tuned
 TUNED_STATE_FILES = ("active_profile", "profile_mode", "post_loaded_profile")
 TUNED_STORAGE = Path("/run/tuned/save.pickle")
@@ -783,6 +785,50 @@ class TunedArm:
         return problems
 
 
+class FloorArm:
+    """bench/floor_reactor.py: the least a Python agent does per thread (its docstring)."""
+
+    name = "floor"
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.proc: subprocess.Popen | None = None
+        self.want: Want | None = None
+        self.criterion = "affinity + policy + nice"
+
+    def start(self, hot: frozenset) -> None:
+        self.want = (frozenset({min(hot)}), os.SCHED_BATCH, -5)
+        env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}  # hostd.host.connector
+        self.proc = subprocess.Popen(
+            [sys.executable, str(FLOOR), str(min(hot))], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, env=env, start_new_session=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], self.timeout)[0]:
+            raise RuntimeError(f"floor reactor: not ready after {self.timeout:.0f} s")
+        if self.proc.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"floor reactor exited ({self.proc.wait()})")
+
+    def settle_want(self, hot: frozenset, anchor: int, baseline: frozenset) -> Want:
+        assert self.want is not None
+        return self.want
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def notes(self) -> dict:
+        return {"mode": "floor reactor"}
+
+    def stop(self, failed: bool) -> list[str]:
+        if self.proc is None:
+            return []
+        rc = _stop_process(self.proc, self.timeout)
+        self.proc = None
+        return [] if rc == 0 else [f"floor reactor exited with {rc}"]
+
+
 # -- one arm at one background size ------------------------------------------------------------
 def _want_msg(want: Want) -> dict:
     return {"cpus": sorted(want[0]), "policy": want[1], "nice": want[2]}
@@ -838,7 +884,7 @@ def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> Ar
     res = ArmResult(threads, arm.name, arm.criterion)
     poll = args.poll_us / 1e6
     base = {"baseline": sorted(ctx["baseline"])}
-    if isinstance(arm, TunedArm):
+    if isinstance(arm, (TunedArm, FloorArm)):
         arm.start(ctx["hot_hint"])
     else:
         arm.start()
@@ -863,7 +909,7 @@ def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> Ar
     patience = args.samples * (args.timeout + 1) + 60
     res.new = _case(anchor.ask({"cmd": "new", "n": args.samples, **msg}, patience))
     _print_case("new", res.new)
-    n_rename = args.samples if isinstance(arm, HostdArm) else args.tuned_rename_samples
+    n_rename = args.tuned_rename_samples if isinstance(arm, TunedArm) else args.samples
     n_rename = min(n_rename, args.rename_samples)
     if n_rename:
         res.rename = _case(
@@ -1308,6 +1354,8 @@ def measure_arm(name: str, count: int, args: argparse.Namespace, ctx: dict):
         return ArmResult(count, name, error=f"not run: {why}"), []
     if name == "tuned":
         arm = TunedArm(ctx["scratch"], args.ready_timeout)
+    elif name == "floor":
+        arm = FloorArm(args.ready_timeout)
     else:
         arm = HostdArm(
             ctx["scratch"], ctx["src"], ctx["scope"], args.ready_timeout, args.agent_nice
@@ -1417,7 +1465,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated background thread counts (default 1000,10000,100000; 10k works)",
     )  # fmt: skip
     parser.add_argument(
-        "--arms", default="hostd,tuned", help="comma-separated: hostd, tuned (default both)"
+        "--arms",
+        default="hostd,tuned",
+        help="comma-separated: hostd, tuned, floor (bench/floor_reactor.py) (default hostd,tuned)",
     )
     parser.add_argument("--samples", type=int, default=200, help="samples per case (200)")
     parser.add_argument(
@@ -1473,7 +1523,7 @@ def main(argv: list[str] | None = None) -> int:
         args.threads, args.samples, args.storm_seconds = [1000], 20, 2.0
         args.settle, args.settle_max, args.steady, args.tuned_rename_samples = 3.0, 15.0, 10.0, 3
     args.arms = [a for a in args.arms.split(",") if a]
-    if not args.arms or set(args.arms) - {"hostd", "tuned"}:
+    if not args.arms or set(args.arms) - {"hostd", "tuned", "floor"}:
         parser.error("--arms: hostd and/or tuned")
     if args.samples < 1 or args.storm_workers < 1 or args.timeout <= 0:
         parser.error("--samples, --storm-workers and --timeout must be positive")

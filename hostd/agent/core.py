@@ -54,7 +54,7 @@ from hostd.tasks import TaskCache
 from hostd.topology import read_topology
 
 log = logging.getLogger("hostd")
-RELOOK_S = 1.0  # how often unsettled unnamed job threads are looked at again (TaskCache.relook)
+RELOOK_S = 0.25  # how often unsettled unnamed job threads are looked at again (TaskCache.relook)
 
 
 class Agent:

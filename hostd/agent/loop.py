@@ -8,7 +8,7 @@ pass, which re-layers first when a layer gains its first member; a lost event me
 pass); then, while no event waits, cpuset joins of threads that lived a second and, after a
 re-layer, the pool's threads; the journal's compaction when nothing else is left; a layer due
 to give CPUs back, the watch, a second look at unnamed job threads whose activity is not yet
-plain (``Agent.relook``, once a second), the sizer (a resize re-layers), and the timers: the
+plain (``Agent.relook``, four times a second), the sizer (a resize re-layers), and the timers: the
 drift rescan (or, without events, the poll) and the status file at most once a second.
 """
 
@@ -201,7 +201,8 @@ def step(agent: Agent) -> None:
         agent.relayer("shrink", inc.why)
     if now >= watch_due and not agent.disabled:
         agent.watcher.run_due(now)
-    if now >= relook_due and agent.cache.unsettled and not agent.disabled:
+    quiet = not sources.events_waiting()  # a relook waits for a step without events
+    if now >= relook_due and agent.cache.unsettled and not agent.disabled and quiet:
         agent.relook()
     sizer = agent.sizer
     if sizer.wanted and now >= sizer.due and not agent.disabled and sizer.tick():

@@ -272,12 +272,13 @@ class TaskCache:
     # this many seconds after hostd first saw it: NCCL starts its threads, which then settle
     # into poll(2); a queue feeder writes before it waits.
     RELOOK_FOR = 120.0
-    # At most this many threads, and this much time, per relook (once a second; the next one
-    # goes on where this one stopped): a process of any user can claim a job and start
-    # thousands of unnamed threads. 256 took 9 ms a second (0.9 % of a core) at the reaction
-    # benchmark's 100k threads, whose two ranks hold 10k unnamed threads.
+    # At most this many threads, and this much time, per relook (four times a second; the next
+    # one goes on where this one stopped): a process of any user can claim a job and start
+    # thousands of unnamed threads. 256 at once took 9-15 ms (0.9 % of a core, and an event
+    # arriving meanwhile waited) at the reaction benchmark's 100k threads, whose two ranks hold
+    # 10k unnamed threads.
     RELOOK_MAX = 256
-    RELOOK_BUDGET_S = 0.003
+    RELOOK_BUDGET_S = 0.001
 
     def __init__(
         self,
