@@ -262,9 +262,7 @@ class Journal:
             raise JournalError(
                 f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
             ) from None
-        self.records.update(self.staged)  # appended before these: durable with them
-        self.staged = {}
-        self.records.update(new)
+        self.records.update(new)  # staged ones only by ``settled``, from their own fsync
 
     def stage(self, originals: list[tuple]) -> None:
         """Like ``record``, but the fsync runs in a background thread: the agent goes on with
@@ -279,7 +277,10 @@ class Journal:
             return
         try:
             self._append((self._line(rec) for rec in new.values()), sync=False)
-            fd = os.dup(self._fd)  # type: ignore[arg-type]  # a compaction may close ours
+            # Its own open file description, not a dup: the kernel reports a writeback error
+            # once per description, so an fsync of ours (an event's ``record``) could consume
+            # the error that this one must see, and the reverse.
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError as exc:
             raise JournalError(
                 f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"

@@ -18,6 +18,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hostd import knobkinds, knobs
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
@@ -191,28 +192,15 @@ def reconcile(
     want: dict[str, object],
     observed: Observed,
     *,
-    live_keys: set[tuple[int, int]] | None = None,
     unchangeable: set[str],
-    only: Iterable[tuple[int, int]] | None = None,
-    inherited: Callable[[str, object], object] | None = None,
+    **options: Any,
 ) -> PassReport:
-    """Make the host match ``want``. ``journal`` None means observe mode: decide, never write.
-
-    ``live_keys``: (tid, start_time) of every thread in the snapshot, to close journal records
-    of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
-    ``only``: the threads an event pass looked at; knobs of other threads and host knobs are
-    left as they are (their absence from ``want`` means "not looked at", not "not wanted").
-    ``inherited(key, current)``: the original to record for a knob whose current value a thread
-    inherited from one hostd changed (a thread born SCHED_IDLE in a demoted session); by
-    default the current value.
-    """
-    prep = prepare(
-        host, journal, want, observed, live_keys=live_keys, unchangeable=unchangeable,
-        only=only, inherited=inherited,
-    )  # fmt: skip
+    """Make the host match ``want``: ``prepare``, record the originals durably (write-ahead),
+    ``finish``. ``journal`` None means observe mode: decide, never write. ``unchangeable`` and
+    ``options``: as ``prepare`` says."""
+    prep = prepare(host, journal, want, observed, unchangeable=unchangeable, **options)
     if journal is None:
         return prep.report
-    # Write-ahead: originals first, durably, then the writes.
     unjournaled = ""
     try:
         journal.record(prep.originals)
@@ -232,8 +220,17 @@ def prepare(
     only: Iterable[tuple[int, int]] | None = None,
     inherited: Callable[[str, object], object] | None = None,
 ) -> Prepared:
-    """``reconcile``'s reads and decisions, nothing written (but the done lines of threads
-    that are gone)."""
+    """``reconcile``'s reads and decisions; nothing is written but the done lines of threads
+    that are gone.
+
+    ``live_keys``: (tid, start_time) of every thread in the snapshot, to close journal records
+    of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
+    ``only``: the threads an event pass looked at; knobs of other threads and host knobs are
+    left as they are (their absence from ``want`` means "not looked at", not "not wanted").
+    ``inherited(key, current)``: the original to record for a knob whose current value a thread
+    inherited from one hostd changed (a thread born SCHED_IDLE in a demoted session); by
+    default the current value.
+    """
     report = PassReport()
     changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
     for key in sorted(want, key=_order):

@@ -125,10 +125,10 @@ def freeze(agent: Agent, collect: bool) -> None:
     """What the agent keeps (100k threads' objects at the goal size) goes out of the cyclic
     collector's sight until the next full pass (``gc.freeze``): its full collections, scanning
     all of it, held events for 18-50 ms at 20k threads. At a full pass, after one collection
-    (the pass takes seconds anyway); after a re-layer and each step of its redo, without (it
-    kept 60k journal records at 20k threads, and a collection of them took 14-30 ms that an
-    event would wait for): the cyclic garbage frozen with them waits for the next full
-    pass's collection."""
+    (20-23 ms after a 0.7-0.9 s pass at 20k threads); after a re-layer and each step of its
+    redo, without (it kept 60k journal records at 20k threads, and a collection of them took
+    14-30 ms that an event would wait for): the cyclic garbage frozen with them waits for the
+    next full pass's collection."""
     if collect:
         gc.collect()
     gc.freeze()

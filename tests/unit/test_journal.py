@@ -137,3 +137,16 @@ def test_a_failed_background_fsync_records_nothing_and_says_why(tmp_path, monkey
     assert j.settled(wait=True)
     assert "task/10@99/nice" not in j and not j.staged
     assert "1 original(s) not made durable" in j.unsynced and j.problem == j.unsynced
+
+
+def test_an_event_record_meanwhile_never_makes_staged_originals_records(tmp_path, monkeypatch):
+    """A record of other keys while the staged fsync runs: its own fsync says nothing of the
+    staged lines (the kernel reports a writeback error once per open file), so they stay out
+    of the journal until their own fsync ends, and are dropped when it fails."""
+    sync = HeldSync(monkeypatch, OSError(errno.EIO, "Input/output error"))
+    j = Journal(tmp_path, "b")
+    j.stage([("task/10@99/nice", 0)])
+    j.record([("task/12@99/nice", 1)])  # an event pass's write, meanwhile
+    assert "task/12@99/nice" in j and "task/10@99/nice" not in j
+    sync.release()
+    assert j.settled(wait=True) and "task/10@99/nice" not in j
