@@ -456,9 +456,11 @@ class TaskCache:
         seconds, in turn; a thread seen ``RELOOK_FOR`` seconds is settled."""
         now = time.monotonic()
         changed = []
-        for tid, since in list(itertools.islice(self.unsettled.items(), self.RELOOK_MAX)):
-            if time.monotonic() - now > self.RELOOK_BUDGET_S:
-                break
+        for n, (tid, since) in enumerate(
+            list(itertools.islice(self.unsettled.items(), self.RELOOK_MAX))
+        ):
+            if n and time.monotonic() - now > self.RELOOK_BUDGET_S:
+                break  # (one at least: a relook held up before its first read still goes on)
             del self.unsettled[tid]  # back at the end below, while it stays unsettled
             task = self.tasks.get(tid)
             if task is None or now - since > self.RELOOK_FOR:
