@@ -175,13 +175,15 @@ class Incremental:
             if np_ is not None:
                 numa_plans.append(np_)
         want = desired_for_tasks(task_plans, numa_plans)
+        if self.pending:  # decided again: a join decided before no longer holds
+            for item in items:
+                self.pending.pop(knobs.task_key(*item.task.key, "cpuset"), None)
         joins = [
             k for k, v in want.items() if knobkinds.kind_of(k) == "cpuset" and home_of(str(v)) != v
         ]
         due = time.monotonic() + JOIN_AFTER_S
         for key in joins:
             affinity_key = key.rsplit("/", 1)[0] + "/affinity"
-            self.pending.pop(key, None)  # decided again: due from now
             self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key), due)
         return want
 

@@ -5,8 +5,11 @@ Values are cpulist strings ("0-3,8"). Called through ``hostd.knobs`` by ``hostd.
 
 from __future__ import annotations
 
+import errno
+
 from hostd import knobs
 from hostd.host import Host
+from hostd.host.errors import HostError
 from hostd.model.cpus import format_cpulist, parse_cpulist
 
 
@@ -17,7 +20,15 @@ def _read(host: Host, key: str) -> str:
 
 def _write(host: Host, key: str, value: object) -> None:
     tid = knobs.live_tid(host, key)
-    host.threads().set_affinity(tid, parse_cpulist(str(value)))
+    try:
+        host.threads().set_affinity(tid, parse_cpulist(str(value)))
+    except HostError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        # No CPU it may use: the wanted CPUs lie outside its cpuset. Say which, for the log.
+        cgroups = host.cgroups(tid) or {}
+        where = cgroups.get("cpuset", cgroups.get("", "?"))
+        raise HostError(errno.EINVAL, key, f"CPUs {value} are outside its cpuset {where}") from exc
 
 
 AFFINITY = knobs.Spec(

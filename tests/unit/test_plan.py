@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hostd.agent.incremental import Incremental
 from hostd.classify import Classifier
 from hostd.model.topology import CgroupLayout
 from hostd.plan import TaskPlanner, plan
@@ -403,3 +404,32 @@ def test_v1_cpusets_take_only_threads_of_the_root_cpuset():
     assert {tp.cpuset for tp in p.tasks if tp.pid == 200} == {"/hostd/trainer"}
     assert {tp.cpuset for tp in p.tasks if tp.pid == 201} == {None}  # docker's: left alone
     assert "cgroup/subtree/" not in desired_state(p, tasks)
+
+
+def test_a_thread_decided_again_drops_the_join_it_waited_for():
+    """An event pass lets a new thread's cpuset join wait (``JOIN_AFTER_S``). Renamed out of
+    that layer before the join is due, the thread must not be moved into it a second later:
+    a comm thread on the trainer's CPUs, and later affinity writes refused (EINVAL)."""
+    topo = replace(
+        synth.topology("1x8x1"),
+        cgroup=CgroupLayout("hybrid", None, (), (("cpuset", "/sys/fs/cgroup/cpuset"),), "v1"),
+    )
+    policy = parse_policy(TRAINING, "test.toml")
+    classifier = Classifier(policy)
+    tasks = job(topo)
+    classified = classifier.classify_all(tasks)
+    full = plan(topo, classified, policy)
+    inc = Incremental(cache=None)  # type: ignore[arg-type]
+    inc.start(topo, full, TaskPlanner.for_plan(full, topo, policy, allow_rt=True), classified)
+    worker = next(t.process for t in tasks if t.comm == "pt_data_worker")
+    born = synth.thread(worker, tid=399, online=topo.online)  # a new thread, in the root cpuset
+    key = f"task/{born.tid}@{born.start_time}/cpuset"
+
+    def decide(task):
+        return inc.decide(inc.classify([task], classifier, frozenset()), lambda _: None)
+
+    assert key not in decide(born)
+    assert inc.pending[key][0] == "/hostd/data"  # the data layer's cpuset, in a second
+    renamed = replace(born, comm="helper")  # now in "rest": no cpuset of its own
+    assert decide(renamed)[key] == "/"  # wanted home (where it still is), now
+    assert key not in inc.pending
