@@ -14,12 +14,11 @@ which file hostd writes, or write a value no knob of that kind can hold.
 from __future__ import annotations
 
 import errno
-import functools
 
 from hostd import cpufreq, irq, numa, sched
 from hostd.cpuset import affinity, cgroup
 from hostd.host import Host, HostError
-from hostd.knobs import KnobKey, Spec, Value, key_problem, parse_key
+from hostd.knobs import KnobKey, Spec, Value, key_problem
 from hostd.sched import group
 
 KINDS: tuple[Spec, ...] = (
@@ -54,14 +53,25 @@ def needing(capabilities: set[str]) -> frozenset[str]:
     return frozenset(s.kind for s in KINDS if s.needs in capabilities)
 
 
-@functools.lru_cache(maxsize=16384)  # a pass looks up the same thread's keys a dozen times
 def spec_of(key: str | KnobKey) -> Spec:
-    """The kind of a key (``HostError`` EINVAL: no kind handles it)."""
-    try:
-        k = parse_key(key) if isinstance(key, str) else key
-        return BY_SHAPE[(k.scope, k.name)]
-    except KeyError:
-        raise HostError(errno.EINVAL, str(key), "no knob kind handles this key") from None
+    """The kind of a key (``HostError`` EINVAL: no kind handles it). Its shape is read off the
+    string as ``parse_key`` reads it, without building a ``KnobKey``: a pass looks up each
+    thread's keys a dozen times, and in a storm of new threads every key is new (a cache
+    of keys missed, and cost more than this)."""
+    if isinstance(key, str):
+        scope, _, rest = key.partition("/")
+        if scope == "cgroup":
+            name = rest.partition("/")[0]
+        else:
+            ident, _, name = rest.rpartition("/")
+            if not ident:
+                name = ""  # no kind has an empty name
+    else:
+        scope, name = key.scope, key.name
+    spec = BY_SHAPE.get((scope, name))
+    if spec is None:
+        raise HostError(errno.EINVAL, str(key), "no knob kind handles this key")
+    return spec
 
 
 def kind_of(key: str) -> str:

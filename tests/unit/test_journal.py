@@ -150,3 +150,25 @@ def test_an_event_record_meanwhile_never_makes_staged_originals_records(tmp_path
     assert "task/12@99/nice" in j and "task/10@99/nice" not in j
     sync.release()
     assert j.settled(wait=True) and "task/10@99/nice" not in j
+
+
+def test_a_record_line_is_the_json_of_its_entry():
+    """``Journal._line`` puts a line together in place (it runs three times per new thread);
+    it must be the very text of the entry's JSON, so that every reader and checksum agrees."""
+    from hostd.journal import Record, _summed
+
+    records = [
+        Record("task/12@34/affinity", "0-1", "boot-id", "0.1.0", "ab" * 32, 1.23456, None),
+        Record("task/12@34/sched", ["batch", 0, False], "b", "0.1.0", None, 17e8 + 0.5,
+               {"to": ["idle", 0, False], "sid": 3, "tick": 9}),
+        Record("irq/5/smp_affinity_list", "ff", 'q"\\\u00e9', "0.1.0", "p", 3.0, None),
+        Record("cpu/1/governor", None, "b", "v", "p", 1, None),
+    ]  # fmt: skip
+    for rec in records:
+        entry = {
+            "key": rec.key, "orig": rec.orig, "boot": rec.boot, "version": rec.version,
+            "policy": rec.policy, "time": round(rec.time, 3),
+        }  # fmt: skip
+        if rec.inherit is not None:
+            entry["inherit"] = rec.inherit
+        assert Journal._line(rec) == _summed(entry)
