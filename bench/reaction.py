@@ -128,6 +128,14 @@ POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 AGENT_BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); from hostd.cli import main; sys.exit(main())"
 )
+# HOSTD_BENCH_PROFILE=FILE: the agent runs under cProfile, its stats written to FILE at its exit
+# (the profiler's own cost makes that run's numbers worthless: for finding where time goes).
+PROFILED_BOOT = (
+    "import cProfile, os, sys; sys.path.insert(0, sys.argv.pop(1)); from hostd.cli import main\n"
+    "prof = cProfile.Profile()\n"
+    "try:\n    prof.runcall(main)\n"
+    "finally:\n    prof.dump_stats(os.environ['HOSTD_BENCH_PROFILE'])\n"
+)
 
 
 # -- what a thread sees of itself --------------------------------------------------------------
@@ -562,7 +570,8 @@ class HostdArm:
         self.criterion = "affinity + policy + nice"
 
     def _hostd(self, *args: str) -> list[str]:
-        return [sys.executable, "-c", AGENT_BOOT, str(self.src), *args]
+        boot = PROFILED_BOOT if os.environ.get("HOSTD_BENCH_PROFILE") else AGENT_BOOT
+        return [sys.executable, "-c", boot, str(self.src), *args]
 
     def status(self) -> dict | None:
         with contextlib.suppress(OSError, ValueError):

@@ -58,7 +58,10 @@ RELOOK_S = 0.25  # how often unsettled unnamed job threads are looked at again (
 
 
 class Agent:
-    MAX_BATCH = 8192  # events handled per event pass; the rest wait for the next one
+    # events read per event pass: a storm's whole backlog, so that a thread created and gone
+    # since the last pass costs nothing (``Batch``); its threads are read newest first, a few
+    # hundred per pass (``Incremental.read``)
+    MAX_BATCH = 65536
 
     def __init__(
         self,
@@ -177,6 +180,7 @@ class Agent:
         started = time.monotonic()
         inc = self.inc
         if inc.planner is None or inc.plan is None:
+            inc.backlog.clear()  # the next full pass reads every thread
             return PassReport()  # switched off, or no full pass yet
         batch = Batch.of(events, os.getpid(), self.cache.in_scope)
         exited, vanished, touched = inc.read(batch)

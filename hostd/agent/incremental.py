@@ -53,6 +53,7 @@ from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
 JOIN_AFTER_S = 1.0  # a new thread joins its layer's cpuset once it has lived this long
+READ_CHUNK = 256  # threads read per event pass, newest first; the older ones wait (``backlog``)
 HOST_PREFIXES = ("irq/", "cpu/")  # host knobs a re-layer leaves for ``take_redo``
 
 
@@ -80,6 +81,10 @@ class Incremental:
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value, when it is due), oldest first.
         self.pending: dict[str, tuple[object, str, object, float]] = {}
+        # threads named by events and not read yet (tid -> tgid), oldest first: in a storm of
+        # new threads the newest are read first, as they have the most life left to use what
+        # they get; an older one that exits meanwhile costs nothing.
+        self.backlog: dict[int, int] = {}
 
     def clear(self) -> None:
         """Before a full pass: the last pass's per-thread state goes before the next one's is
@@ -89,6 +94,7 @@ class Incremental:
         self.shrink_due, self.redo, self.redo_host = None, None, None
         self.redo_layers, self.redo_stale = set(), set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
+        self.backlog.clear()  # and reads every thread
 
     def start(
         self, topology: Topology, plan: Plan, planner: TaskPlanner, items: list[Classified]
@@ -120,20 +126,36 @@ class Incremental:
             self.layer_counts[item.layer] -= 1
             self._count(item, -1)
             task = task or item.task
-        if task is not None and self.planner is not None:
-            self.planner.forget(task.key, task.pid if task.pid not in self.cache.procs else None)
+        if task is not None:
+            if self.pending:  # a join it waited for: nothing to move any more
+                self.pending.pop(knobs.task_key(*task.key, "cpuset"), None)
+            if self.planner is not None:
+                pid = task.pid if task.pid not in self.cache.procs else None
+                self.planner.forget(task.key, pid)
         return task
 
     def read(self, batch: Batch) -> tuple[list[Task], list[Task], dict[int, Task]]:
         """Bring the cache up to a batch of events: (threads that exited, threads named that
-        are gone, the threads read again by tid)."""
-        cache = self.cache
+        are gone, the threads read again by tid). Of the threads named, in this batch and
+        before, the ``READ_CHUNK`` newest are read; the rest stay in ``backlog`` for the next
+        passes (those of processes that exec'd are read at once, with their whole process)."""
+        cache, backlog = self.cache, self.backlog
+        for tid in batch.exits:
+            backlog.pop(tid, None)
         exited = [t for t in map(self.drop, batch.exits) if t is not None]
         # A renamed leader changes the leader comm of all its threads; then read the named.
         renamed = (cache.renamed_leader(pid, comm) for pid, comm in batch.leaders.items())
         touched = {t.tid: t for tasks in renamed for t in tasks}
-        touched.update((t.tid, t) for t in cache.refresh(batch.named.items(), batch.exec_pids))
-        gone = (self.drop(tid, cached=False) for tid in batch.named if tid not in cache.tasks)
+        named = {t: p for t, p in batch.named.items() if p in batch.exec_pids}
+        for tid, pid in batch.named.items():
+            if pid not in batch.exec_pids:
+                backlog.pop(tid, None)  # named again: among the newest now
+                backlog[tid] = pid
+        while backlog and len(named) < READ_CHUNK:
+            tid, pid = backlog.popitem()  # the newest
+            named[tid] = pid
+        touched.update((t.tid, t) for t in cache.refresh(named.items(), batch.exec_pids))
+        gone = (self.drop(tid, cached=False) for tid in named if tid not in cache.tasks)
         return exited, [t for t in gone if t is not None], touched
 
     def classify(
@@ -178,8 +200,10 @@ class Incremental:
         if self.pending:  # decided again: a join decided before no longer holds
             for item in items:
                 self.pending.pop(knobs.task_key(*item.task.key, "cpuset"), None)
-        joins = [
-            k for k, v in want.items() if knobkinds.kind_of(k) == "cpuset" and home_of(str(v)) != v
+        joins = [  # (a task key's kind is its last part)
+            k
+            for k, v in want.items()
+            if k.startswith("task/") and k.endswith("/cpuset") and home_of(str(v)) != v
         ]
         due = time.monotonic() + JOIN_AFTER_S
         for key in joins:

@@ -152,6 +152,8 @@ def step(agent: Agent) -> None:
         min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due, joins_due)
         - time.monotonic(),
     )
+    if inc.backlog:
+        timeout = 0.0  # threads named by events wait to be read
     events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
     if sources.stop:
         return
@@ -168,8 +170,9 @@ def step(agent: Agent) -> None:
             log.info("devices %s", " ".join(f"{c.name}:{c.action}" for c in changes[:8]))
             agent.counters["device_events"] += len(changes)
             return full(agent, "devices")
-    if events_ready and sources.connector is not None:
-        events = sources.connector.read(agent.MAX_BATCH)
+    if (events_ready or inc.backlog) and sources.connector is not None:
+        # (none ready: the next of the threads that earlier events named, newest first)
+        events = sources.connector.read(agent.MAX_BATCH) if events_ready else []
         if any(isinstance(ev, Overflow) for ev in events):
             agent.counters["overflows"] += 1
             log.warning("events lost (receive buffer overflow): rescanning /proc")
@@ -184,24 +187,24 @@ def step(agent: Agent) -> None:
     # A few joins at a time, and only while no event waits: each can block for milliseconds
     # while threads are being created. Then, after a re-layer, the pool's threads.
     deadline = time.monotonic() + JOIN_BUDGET_S
-    while ready(inc.joins_due()) and time.monotonic() < deadline and not sources.events_waiting():
+    while ready(inc.joins_due()) and time.monotonic() < deadline and not waiting(agent):
         agent.join_cpusets(4)
     deadline = time.monotonic() + REDO_BUDGET_S
-    while ready(redo_at(agent)) and time.monotonic() < deadline and not sources.events_waiting():
+    while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
         if not agent.redo(8):  # about a millisecond each: an event waits at most that long
             break  # its originals' fsync still runs: look again in a millisecond
         agent.last_redo = time.monotonic()
     if agent.refreeze:
         freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
     idle = not (inc.pending or inc.redo_left or agent.staged)
-    if idle and agent.journal.compact_due and not sources.events_waiting():
+    if idle and agent.journal.compact_due and not waiting(agent):
         agent.journal.compact()
     now = time.monotonic()
     if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
         agent.relayer("shrink", inc.why)
     if now >= watch_due and not agent.disabled:
         agent.watcher.run_due(now)
-    quiet = not sources.events_waiting()  # a relook waits for a step without events
+    quiet = not waiting(agent)  # a relook waits for a step without events
     if now >= relook_due and agent.cache.unsettled and not agent.disabled and quiet:
         agent.relook()
     sizer = agent.sizer
@@ -212,10 +215,15 @@ def step(agent: Agent) -> None:
         agent.write_status(PassReport(), None, state="running")  # what it found, said now
     if now >= due:
         full(agent, why)
-    elif now >= status_due and not sources.events_waiting():
+    elif now >= status_due and not waiting(agent):
         if agent.status.forced or agent.counters != agent.status.counters or agent.watcher.changed:
             agent.write_status(PassReport(), None, state="running")
         agent.status.written = now  # nothing new: check again in a second
+
+
+def waiting(agent: Agent) -> bool:
+    """Whether events, or threads they named, wait: other work leaves them the CPU."""
+    return bool(agent.inc.backlog) or agent.sources.events_waiting()
 
 
 def redo_at(agent: Agent) -> float | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd.agent import Agent, loop
+from hostd.agent import Agent, incremental, loop
 from hostd.agent.events import Batch
 from hostd.host import Host
 from hostd.host.connector import Event, Overflow
@@ -177,6 +177,29 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     assert agent.plan.layer("trainer").cpus < grown
     changed = [r for r in again.results if r.outcome in ("applied", "restored")]
     assert not changed, changed
+
+
+def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
+    """More threads named than one pass reads (``READ_CHUNK``): the newest first, the older
+    ones wait in the backlog for the next passes; one that exits meanwhile is never read."""
+    monkeypatch.setattr(incremental, "READ_CHUNK", 4)
+    agent.pass_once()
+    new = _new_rank(agent.tree, 4300, like=RANK)  # 12 threads, oldest first
+    events = [Event("fork", 4300, 4300, 4000)]
+    events += [Event("fork", t, 4300, 4300) for t in new[1:]]
+    agent.event_pass(events)
+
+    def placed() -> set[int]:
+        return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"}
+
+    assert placed() & set(new) == set(new[-4:])  # the newest four
+    assert list(agent.inc.backlog) == new[:-4]
+    shutil.rmtree(agent.tree / "proc" / "4300" / "task" / str(new[0]))  # the oldest exits
+    agent.event_pass([Event("exit", new[0], 4300)])
+    assert placed() & set(new) == set(new[-8:])
+    agent.event_pass([])
+    assert placed() & set(new) == set(new[1:])  # the exited one was never read
+    assert not agent.inc.backlog
 
 
 class _Connector:
