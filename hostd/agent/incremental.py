@@ -137,8 +137,10 @@ class Incremental:
     def read(self, batch: Batch) -> tuple[list[Task], list[Task], dict[int, Task]]:
         """Bring the cache up to a batch of events: (threads that exited, threads named that
         are gone, the threads read again by tid). Of the threads named, in this batch and
-        before, the ``READ_CHUNK`` newest are read; the rest stay in ``backlog`` for the next
-        passes (those of processes that exec'd are read at once, with their whole process)."""
+        before, ``READ_CHUNK`` are read, the newest but for a quarter of the oldest (an endless
+        storm must not keep a long-lived thread waiting for ever); the rest stay in ``backlog``
+        for the next passes. Those of processes that exec'd are read at once, with their whole
+        process."""
         cache, backlog = self.cache, self.backlog
         for tid in batch.exits:
             backlog.pop(tid, None)
@@ -151,6 +153,9 @@ class Incremental:
             if pid not in batch.exec_pids:
                 backlog.pop(tid, None)  # named again: among the newest now
                 backlog[tid] = pid
+        if len(backlog) > READ_CHUNK:  # a quarter of the oldest: none waits for ever
+            for tid in list(itertools.islice(backlog, READ_CHUNK // 4)):
+                named[tid] = backlog.pop(tid)
         while backlog and len(named) < READ_CHUNK:
             tid, pid = backlog.popitem()  # the newest
             named[tid] = pid

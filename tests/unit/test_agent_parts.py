@@ -180,8 +180,9 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
 
 
 def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
-    """More threads named than one pass reads (``READ_CHUNK``): the newest first, the older
-    ones wait in the backlog for the next passes; one that exits meanwhile is never read."""
+    """More threads named than one pass reads (``READ_CHUNK``): the newest first, and a
+    quarter of the oldest; the others wait in the backlog for the next passes; one that exits
+    meanwhile is never read."""
     monkeypatch.setattr(incremental, "READ_CHUNK", 4)
     agent.pass_once()
     new = _new_rank(agent.tree, 4300, like=RANK)  # 12 threads, oldest first
@@ -192,13 +193,13 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     def placed() -> set[int]:
         return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"}
 
-    assert placed() & set(new) == set(new[-4:])  # the newest four
-    assert list(agent.inc.backlog) == new[:-4]
-    shutil.rmtree(agent.tree / "proc" / "4300" / "task" / str(new[0]))  # the oldest exits
-    agent.event_pass([Event("exit", new[0], 4300)])
-    assert placed() & set(new) == set(new[-8:])
+    assert placed() & set(new) == {new[0], *new[-3:]}  # the oldest, and the newest three
+    assert list(agent.inc.backlog) == new[1:-3]
+    shutil.rmtree(agent.tree / "proc" / "4300" / "task" / str(new[1]))  # the next oldest exits
+    agent.event_pass([Event("exit", new[1], 4300)])
+    assert placed() & set(new) == {new[0], new[2], *new[-6:]}
     agent.event_pass([])
-    assert placed() & set(new) == set(new[1:])  # the exited one was never read
+    assert placed() & set(new) == set(new) - {new[1]}  # the exited one was never read
     assert not agent.inc.backlog
 
 
