@@ -9,7 +9,7 @@ import errno
 
 from hostd import knobs
 from hostd.host import Host
-from hostd.host.errors import HostError
+from hostd.host.errors import HostError, NotPermitted
 from hostd.model.cpus import format_cpulist, parse_cpulist
 
 
@@ -25,10 +25,12 @@ def _write(host: Host, key: str, value: object) -> None:
     except HostError as exc:
         if exc.errno != errno.EINVAL:
             raise
-        # No CPU it may use: the wanted CPUs lie outside its cpuset. Say which, for the log.
+        # No CPU it may use: the wanted CPUs lie outside its cpuset (a container's, or one of
+        # hostd's it has not left yet). Its cpuset does not permit them: say which, for the log.
         cgroups = host.cgroups(tid) or {}
         where = cgroups.get("cpuset", cgroups.get("", "?"))
-        raise HostError(errno.EINVAL, key, f"CPUs {value} are outside its cpuset {where}") from exc
+        detail = f"CPUs {value} are outside its cpuset {where}"
+        raise NotPermitted(errno.EINVAL, key, detail) from exc
 
 
 AFFINITY = knobs.Spec(
