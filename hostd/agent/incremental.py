@@ -54,6 +54,7 @@ from hostd.tasks import TaskCache
 log = logging.getLogger("hostd")
 JOIN_AFTER_S = 1.0  # a new thread joins its layer's cpuset once it has lived this long
 READ_CHUNK = 256  # threads read per event pass, newest first; the older ones wait (``backlog``)
+OVERDUE_S = 1.0  # a thread named this long ago is read before the newest (a quarter of a pass)
 HOST_PREFIXES = ("irq/", "cpu/")  # host knobs a re-layer leaves for ``take_redo``
 
 
@@ -81,10 +82,10 @@ class Incremental:
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value, when it is due), oldest first.
         self.pending: dict[str, tuple[object, str, object, float]] = {}
-        # threads named by events and not read yet (tid -> tgid), oldest first: in a storm of
-        # new threads the newest are read first, as they have the most life left to use what
-        # they get; an older one that exits meanwhile costs nothing.
-        self.backlog: dict[int, int] = {}
+        # threads named by events and not read yet (tid -> (tgid, when named)), oldest first:
+        # in a storm of new threads the newest are read first, as they have the most life left
+        # to use what they get; an older one that exits meanwhile costs nothing.
+        self.backlog: dict[int, tuple[int, float]] = {}
 
     def clear(self) -> None:
         """Before a full pass: the last pass's per-thread state goes before the next one's is
@@ -137,10 +138,11 @@ class Incremental:
     def read(self, batch: Batch) -> tuple[list[Task], list[Task], dict[int, Task]]:
         """Bring the cache up to a batch of events: (threads that exited, threads named that
         are gone, the threads read again by tid). Of the threads named, in this batch and
-        before, ``READ_CHUNK`` are read, the newest but for a quarter of the oldest (an endless
-        storm must not keep a long-lived thread waiting for ever); the rest stay in ``backlog``
-        for the next passes. Those of processes that exec'd are read at once, with their whole
-        process."""
+        before, ``READ_CHUNK`` are read: first up to a quarter of them among those named
+        ``OVERDUE_S`` ago or more (a storm's own threads are gone by then; an endless storm must
+        not keep a long-lived thread waiting for ever), then the newest. The rest stay in
+        ``backlog`` for the next passes. Those of processes that exec'd are read at once, with
+        their whole process."""
         cache, backlog = self.cache, self.backlog
         for tid in batch.exits:
             backlog.pop(tid, None)
@@ -149,15 +151,17 @@ class Incremental:
         renamed = (cache.renamed_leader(pid, comm) for pid, comm in batch.leaders.items())
         touched = {t.tid: t for tasks in renamed for t in tasks}
         named = {t: p for t, p in batch.named.items() if p in batch.exec_pids}
+        now = time.monotonic()
         for tid, pid in batch.named.items():
             if pid not in batch.exec_pids:
                 backlog.pop(tid, None)  # named again: among the newest now
-                backlog[tid] = pid
-        if len(backlog) > READ_CHUNK:  # a quarter of the oldest: none waits for ever
-            for tid in list(itertools.islice(backlog, READ_CHUNK // 4)):
-                named[tid] = backlog.pop(tid)
+                backlog[tid] = (pid, now)
+        if len(backlog) > READ_CHUNK:
+            overdue = itertools.takewhile(lambda t: now - backlog[t][1] >= OVERDUE_S, backlog)
+            for tid in list(itertools.islice(overdue, READ_CHUNK // 4)):
+                named[tid] = backlog.pop(tid)[0]
         while backlog and len(named) < READ_CHUNK:
-            tid, pid = backlog.popitem()  # the newest
+            tid, (pid, _) = backlog.popitem()  # the newest
             named[tid] = pid
         touched.update((t.tid, t) for t in cache.refresh(named.items(), batch.exec_pids))
         gone = (self.drop(tid, cached=False) for tid in named if tid not in cache.tasks)

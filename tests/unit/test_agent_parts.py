@@ -180,26 +180,28 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
 
 
 def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
-    """More threads named than one pass reads (``READ_CHUNK``): the newest first, and a
-    quarter of the oldest; the others wait in the backlog for the next passes; one that exits
-    meanwhile is never read."""
+    """More threads named than one pass reads (``READ_CHUNK``): the newest first, but a
+    quarter of a pass for those named long ago (``OVERDUE_S``); the others wait in the backlog
+    for the next passes; one that exits meanwhile is never read."""
     monkeypatch.setattr(incremental, "READ_CHUNK", 4)
     agent.pass_once()
     new = _new_rank(agent.tree, 4300, like=RANK)  # 12 threads, oldest first
     events = [Event("fork", 4300, 4300, 4000)]
     events += [Event("fork", t, 4300, 4300) for t in new[1:]]
-    agent.event_pass(events)
 
     def placed() -> set[int]:
-        return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"}
+        return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"} & set(new)
 
-    assert placed() & set(new) == {new[0], *new[-3:]}  # the oldest, and the newest three
-    assert list(agent.inc.backlog) == new[1:-3]
+    agent.event_pass(events)
+    assert placed() == set(new[-4:])  # the newest four; none overdue
+    assert list(agent.inc.backlog) == new[:-4]
+    monkeypatch.setattr(incremental, "OVERDUE_S", 0.0)  # now all of them are
+    agent.event_pass([])
+    assert placed() == {new[0], *new[-7:]}  # a quarter of the pass for the oldest
+    assert list(agent.inc.backlog) == new[1:-7]
     shutil.rmtree(agent.tree / "proc" / "4300" / "task" / str(new[1]))  # the next oldest exits
     agent.event_pass([Event("exit", new[1], 4300)])
-    assert placed() & set(new) == {new[0], new[2], *new[-6:]}
-    agent.event_pass([])
-    assert placed() & set(new) == set(new) - {new[1]}  # the exited one was never read
+    assert placed() == set(new) - {new[1]}  # the exited one was never read
     assert not agent.inc.backlog
 
 
