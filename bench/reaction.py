@@ -681,7 +681,24 @@ class HostdArm:
         return problems
 
 
-class TunedArm:
+class _FixedArm:
+    """An arm whose wanted state is fixed at its start (no layer that moves), run as a process
+    (``proc``) of its own."""
+
+    proc: subprocess.Popen | None
+    want: Want | None
+
+    def settle_want(self, hot: frozenset, anchor: int, baseline: frozenset) -> Want:
+        assert self.want is not None
+        return self.want
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+class TunedArm(_FixedArm):
     """tuned in the foreground with the hostd-bench profile (its scheduler plugin)."""
 
     name = "tuned"
@@ -753,15 +770,6 @@ class TunedArm:
                 1 for fd in os.listdir(fd_dir) if "perf_event" in os.readlink(f"{fd_dir}/{fd}")
             )
 
-    def settle_want(self, hot: frozenset, anchor: int, baseline: frozenset) -> Want:
-        assert self.want is not None
-        return self.want
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
     def notes(self) -> dict:
         mode = f"perf events ({self.perf_fds} fds)" if self.perf_fds else "static only (no perf)"
         return {"mode": mode}
@@ -794,7 +802,7 @@ class TunedArm:
         return problems
 
 
-class FloorArm:
+class FloorArm(_FixedArm):
     """bench/floor_reactor.py: the least a Python agent does per thread (its docstring)."""
 
     name = "floor"
@@ -817,15 +825,6 @@ class FloorArm:
             raise RuntimeError(f"floor reactor: not ready after {self.timeout:.0f} s")
         if self.proc.stdout.readline() != b"ready\n":
             raise RuntimeError(f"floor reactor exited ({self.proc.wait()})")
-
-    def settle_want(self, hot: frozenset, anchor: int, baseline: frozenset) -> Want:
-        assert self.want is not None
-        return self.want
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     def notes(self) -> dict:
         return {"mode": "floor reactor"}

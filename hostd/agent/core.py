@@ -202,7 +202,7 @@ class Agent:
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
-        self._lag(events, report)
+        self._lag(report)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
@@ -297,21 +297,21 @@ class Agent:
         )  # fmt: skip
         loop.log_problems(report)
 
-    def _lag(self, events: list[Event], report: PassReport) -> None:
+    def _lag(self, report: PassReport) -> None:
         """Each new thread this pass placed (its knobs written, or already right: a thread
-        inherits its creator's): how long after its fork event."""
+        inherits its creator's): how long after its fork event, also when that event came
+        passes ago and the thread waited in the backlog."""
+        born = self.inc.born
+        if not born:
+            return
         placed = {
             knobs.parse_task_key(r.key)[0]
             for r in report.results
             if r.outcome in ("applied", "skipped") and knobs.is_task_key(r.key)
         }
-        if not placed:
-            return
         now = time.monotonic_ns()
-        for ev in events:
-            if getattr(ev, "kind", "") == "fork" and ev.tid in placed and ev.ts:
-                placed.discard(ev.tid)
-                self.event_lag.observe(max(0, now - ev.ts) / 1e9)
+        for tid in placed & born.keys():
+            self.event_lag.observe(max(0, now - born[tid]) / 1e9)
 
     def apply_threads(
         self, want: dict, items: list[Classified], fresh: bool, stage: bool = False

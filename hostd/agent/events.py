@@ -20,6 +20,7 @@ class Batch:
     exec_pids: set[int] = field(default_factory=set)  # processes that exec'd: all read again
     leaders: dict[int, str] = field(default_factory=dict)  # pid -> its leader's new comm
     exits: list[int] = field(default_factory=list)  # tids that exited
+    born: dict[int, int] = field(default_factory=dict)  # tid -> its fork event's stamp (ns)
     size: int = 0  # events in the batch
 
     @classmethod
@@ -31,11 +32,14 @@ class Batch:
                 continue
             if ev.kind == "exit":
                 batch.named.pop(ev.tid, None)
+                batch.born.pop(ev.tid, None)
                 batch.exits.append(ev.tid)
             elif ev.kind == "fork":
                 parent = ev.parent_tgid if ev.tid == ev.tgid else 0
                 if in_scope(ev.tgid, parent):
                     batch.named[ev.tid] = ev.tgid
+                    if ev.ts:
+                        batch.born[ev.tid] = ev.ts
             elif in_scope(ev.tgid):
                 batch.named[ev.tid] = ev.tgid
                 if ev.kind == "exec":

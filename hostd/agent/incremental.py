@@ -82,10 +82,12 @@ class Incremental:
         # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
         # its affinity value, when it is due), oldest first.
         self.pending: dict[str, tuple[object, str, object, float]] = {}
-        # threads named by events and not read yet (tid -> (tgid, when named)), oldest first:
-        # in a storm of new threads the newest are read first, as they have the most life left
-        # to use what they get; an older one that exits meanwhile costs nothing.
-        self.backlog: dict[int, tuple[int, float]] = {}
+        # threads named by events and not read yet (tid -> (tgid, when named, its fork event's
+        # stamp or 0)), oldest first: in a storm of new threads the newest are read first, as
+        # they have the most life left to use what they get; an older one that exits meanwhile
+        # costs nothing.
+        self.backlog: dict[int, tuple[int, float, int]] = {}
+        self.born: dict[int, int] = {}  # the threads the last ``read`` read: their fork stamps
 
     def clear(self) -> None:
         """Before a full pass: the last pass's per-thread state goes before the next one's is
@@ -96,6 +98,7 @@ class Incremental:
         self.redo_layers, self.redo_stale = set(), set()
         self.pending.clear()  # a full pass places every thread in its cpuset, or none
         self.backlog.clear()  # and reads every thread
+        self.born = {}
 
     def start(
         self, topology: Topology, plan: Plan, planner: TaskPlanner, items: list[Classified]
@@ -151,18 +154,22 @@ class Incremental:
         renamed = (cache.renamed_leader(pid, comm) for pid, comm in batch.leaders.items())
         touched = {t.tid: t for tasks in renamed for t in tasks}
         named = {t: p for t, p in batch.named.items() if p in batch.exec_pids}
+        self.born = {t: batch.born[t] for t in named if t in batch.born}
         now = time.monotonic()
         for tid, pid in batch.named.items():
             if pid not in batch.exec_pids:
-                backlog.pop(tid, None)  # named again: among the newest now
-                backlog[tid] = (pid, now)
+                old = backlog.pop(tid, None)  # named again: among the newest now
+                backlog[tid] = (pid, now, batch.born.get(tid) or (old[2] if old else 0))
+        taken = []
         if len(backlog) > READ_CHUNK:
             overdue = itertools.takewhile(lambda t: now - backlog[t][1] >= OVERDUE_S, backlog)
-            for tid in list(itertools.islice(overdue, READ_CHUNK // 4)):
-                named[tid] = backlog.pop(tid)[0]
-        while backlog and len(named) < READ_CHUNK:
-            tid, (pid, _) = backlog.popitem()  # the newest
+            taken = [(t, backlog.pop(t)) for t in list(itertools.islice(overdue, READ_CHUNK // 4))]
+        while backlog and len(named) + len(taken) < READ_CHUNK:
+            taken.append(backlog.popitem())  # the newest
+        for tid, (pid, _, born) in taken:
             named[tid] = pid
+            if born:
+                self.born[tid] = born
         touched.update((t.tid, t) for t in cache.refresh(named.items(), batch.exec_pids))
         gone = (self.drop(tid, cached=False) for tid in named if tid not in cache.tasks)
         return exited, [t for t in gone if t is not None], touched

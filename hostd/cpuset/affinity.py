@@ -26,10 +26,10 @@ def _write(host: Host, key: str, value: object) -> None:
         if exc.errno != errno.EINVAL:
             raise
         # No CPU it may use: the wanted CPUs lie outside its cpuset (a container's, or one of
-        # hostd's it has not left yet). Its cpuset does not permit them: say which, for the log.
+        # hostd's it has not left yet), or went offline. Say which cpuset, for the log.
         cgroups = host.cgroups(tid) or {}
         where = cgroups.get("cpuset", cgroups.get("", "?"))
-        detail = f"CPUs {value} are outside its cpuset {where}"
+        detail = f"CPUs {value} are outside its cpuset {where} (or offline)"
         raise NotPermitted(errno.EINVAL, key, detail) from exc
 
 

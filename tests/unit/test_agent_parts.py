@@ -186,8 +186,9 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     monkeypatch.setattr(incremental, "READ_CHUNK", 4)
     agent.pass_once()
     new = _new_rank(agent.tree, 4300, like=RANK)  # 12 threads, oldest first
-    events = [Event("fork", 4300, 4300, 4000)]
-    events += [Event("fork", t, 4300, 4300) for t in new[1:]]
+    sent = time.monotonic_ns()
+    events = [Event("fork", 4300, 4300, 4000, "", sent)]
+    events += [Event("fork", t, 4300, 4300, "", sent) for t in new[1:]]
 
     def placed() -> set[int]:
         return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"} & set(new)
@@ -203,6 +204,8 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     agent.event_pass([Event("exit", new[1], 4300)])
     assert placed() == set(new) - {new[1]}  # the exited one was never read
     assert not agent.inc.backlog
+    # Each placed one's lag from its fork event, those that waited in the backlog too.
+    assert agent.event_lag.doc()["count"] == len(new) - 1
 
 
 class _Connector:
