@@ -7,6 +7,9 @@ import json
 import os
 import threading
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 import hostd.journal as journal_module
 from hostd.journal import Journal
 
@@ -163,6 +166,7 @@ def test_a_record_line_is_the_json_of_its_entry():
                {"to": ["idle", 0, False], "sid": 3, "tick": 9}),
         Record("irq/5/smp_affinity_list", "ff", 'q"\\\u00e9', "0.1.0", "p", 3.0, None),
         Record("cpu/1/governor", None, "b", "v", "p", 1, None),
+        Record("task/7@8/nice", -5, "b", "v", "p", float("nan"), {"to": 19, "sid": 0, "tick": 0}),
     ]  # fmt: skip
     for rec in records:
         entry = {
@@ -172,3 +176,16 @@ def test_a_record_line_is_the_json_of_its_entry():
         if rec.inherit is not None:
             entry["inherit"] = rec.inherit
         assert Journal._line(rec) == _summed(entry)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=8,
+    )
+)
+def test_a_value_is_written_as_the_json_encoder_writes_it(value):
+    from hostd.journal import _COMPACT, _json
+
+    assert _json(value) == _COMPACT.encode(value)
