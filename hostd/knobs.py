@@ -113,10 +113,16 @@ def task_key(tid: int, start_time: int, kind: str) -> str:
     return f"task/{tid}@{start_time}/{kind}"
 
 
-@functools.lru_cache(maxsize=16384)
 def parse_task_key(key: str) -> tuple[int, int]:
-    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key."""
-    return parse_key(key).task
+    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key. Read
+    off the string as ``parse_key`` reads it, without a cache: in a storm of new threads every
+    key is new, and a cache only missed."""
+    scope, _, rest = key.partition("/")
+    ident = rest.rpartition("/")[0]
+    if scope not in ("task", "session") or not ident:
+        raise KeyError(key)
+    tid, _, start = ident.partition("@")
+    return int(tid), int(start)
 
 
 def live_tid(host: Host, key: str) -> int:

@@ -130,3 +130,17 @@ def test_a_key_no_kind_handles_is_an_einval_host_error():
 
     with pytest.raises(HostError, match="no knob kind handles this key"):
         knobkinds.spec_of("nothing/1/nice")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["task/4242@81234/nice", "task/7@0/affinity", "session/12@345/preempted", "task/9@1/numa"],
+)
+def test_a_task_or_session_key_gives_its_ids_as_the_parsed_key_does(key):
+    assert knobs.parse_task_key(key) == knobs.parse_key(key).task
+
+
+@pytest.mark.parametrize("key", ["irq/5/smp_affinity_list", "cgroup/cpu/a/b", "task/nice"])
+def test_a_key_of_no_task_gives_no_ids(key):
+    with pytest.raises(KeyError):
+        knobs.parse_task_key(key)
