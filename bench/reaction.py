@@ -108,6 +108,7 @@ TUNED_STORAGE = Path("/run/tuned/save.pickle")
 HOT_LAYER = "hot"
 HOT_NAME = "bench_hot"  # comm and argv[0] of the creating workloads
 COLD_NAME = "bench_cold"  # comm and argv[0] of the renaming workload
+STORM_LEAD_S = 2.5  # creators wait this long before a storm: hostd has placed and joined them
 RENAMED = "bench_hot_r"
 FIRST = "bench_hot_first"  # the name a first member gives itself
 GOAL_P99_MS = 5.0
@@ -989,7 +990,11 @@ def run_storm(arm, want: Want, args: argparse.Namespace, base: dict) -> dict:
             inner.enter_context(_worker("creator", HOT_NAME, {**base, "comm": HOT_NAME}))
             for _ in range(args.storm_workers)
         ]
-        start_ns = time.monotonic_ns() + int(0.5e9)
+        # The creators match the hot layer: hostd places them as they start, and joins them
+        # to its cpuset a second later (JOIN_AFTER_S). Start the storm after that, so that each
+        # creator puts itself back once, before it, not in the middle of it (a creator moved
+        # mid-storm made the storm's rate swing between 3k and 10k/s from one run to the next).
+        start_ns = time.monotonic_ns() + int(STORM_LEAD_S * 1e9)
         msg = {
             "cmd": "storm",
             "want": _want_msg(want),
