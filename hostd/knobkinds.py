@@ -14,6 +14,7 @@ which file hostd writes, or write a value no knob of that kind can hold.
 from __future__ import annotations
 
 import errno
+import functools
 
 from hostd import cpufreq, irq, numa, sched
 from hostd.cpuset import affinity, cgroup
@@ -53,11 +54,11 @@ def needing(capabilities: set[str]) -> frozenset[str]:
     return frozenset(s.kind for s in KINDS if s.needs in capabilities)
 
 
+@functools.lru_cache(maxsize=4096)
 def spec_of(key: str | KnobKey) -> Spec:
     """The kind of a key (``HostError`` EINVAL: no kind handles it). Its shape is read off the
-    string as ``parse_key`` reads it, without building a ``KnobKey``: a pass looks up each
-    thread's keys a dozen times, and in a storm of new threads every key is new (a cache
-    of keys missed, and cost more than this)."""
+    string as ``parse_key`` reads it, without building a ``KnobKey``. An event pass looks up
+    each of its keys about six times; the cache holds a few passes' keys."""
     if isinstance(key, str):
         scope, _, rest = key.partition("/")
         if scope == "cgroup":

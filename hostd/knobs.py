@@ -113,10 +113,11 @@ def task_key(tid: int, start_time: int, kind: str) -> str:
     return f"task/{tid}@{start_time}/{kind}"
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_task_key(key: str) -> tuple[int, int]:
-    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key. Read
-    off the string as ``parse_key`` reads it, without a cache: in a storm of new threads every
-    key is new, and a cache only missed."""
+    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key, read off
+    the string as ``parse_key`` reads it. An event pass asks for each of its keys four times
+    or so; the cache holds a few passes' keys (an event pass has a few hundred threads)."""
     scope, _, rest = key.partition("/")
     ident = rest.rpartition("/")[0]
     if scope not in ("task", "session") or not ident:

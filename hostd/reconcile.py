@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hostd import knobkinds, knobs
 from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
@@ -39,8 +39,10 @@ INHERITABLE = kinds(inheritable=True)
 TASK_KINDS = tuple(sorted(kinds(per_task=True)))
 
 
-@dataclass(frozen=True, slots=True)
-class Result:
+class Result(NamedTuple):
+    """What became of one knob (a tuple: a pass makes one per knob, and a frozen dataclass cost
+    four times as much to make)."""
+
     key: str
     outcome: str
     value: object = None
