@@ -158,9 +158,12 @@ class Observed:
 
 
 def same(current: object, wanted: object) -> bool:
-    if isinstance(current, list) and isinstance(wanted, list) and len(current) == len(wanted):
+    """Whether a knob holds what is wanted; a None in a list read from /proc: not known."""
+    if current == wanted:
+        return True
+    if type(current) is list and type(wanted) is list and len(current) == len(wanted):
         return all(c is None or c == w for c, w in zip(current, wanted, strict=True))
-    return current == wanted
+    return False
 
 
 def _order(key: str) -> int:
@@ -335,12 +338,15 @@ _UNKNOWN = object()
 
 
 def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str]:
-    """The journal's keys for these (tid, start_time) threads."""
+    """The journal's keys for these (tid, start_time) threads (``knobs.task_key``, a thread's
+    prefix built once: a storm's exits ask this for thousands of threads a second)."""
+    records = journal.records
     return [
         key
         for tid, start in tasks
+        for prefix in (f"task/{tid}@{start}/",)
         for kind in TASK_KINDS
-        if (key := knobs.task_key(tid, start, kind)) in journal
+        if (key := prefix + kind) in records
     ]
 
 

@@ -189,3 +189,24 @@ def test_a_value_is_written_as_the_json_encoder_writes_it(value):
     from hostd.journal import _COMPACT, _json
 
     assert _json(value) == _COMPACT.encode(value)
+
+
+def test_task_records_are_a_threads_open_keys_and_no_other_threads(tmp_path):
+    from hostd.reconcile import same, task_records
+
+    j = Journal(tmp_path, "b")
+    j.record(
+        [
+            ("task/10@99/nice", 0),
+            ("task/10@99/affinity", "0-1"),
+            ("task/1@99/nice", 0),
+            ("task/10@98/sched", ["other", 0, False]),
+            ("irq/10/smp_affinity_list", "0"),
+        ]
+    )
+    j.done(["task/10@99/nice"])
+    assert task_records(j, [(10, 99)]) == ["task/10@99/affinity"]
+    assert sorted(task_records(j, [(10, 98), (1, 99)])) == ["task/10@98/sched", "task/1@99/nice"]
+    # A knob equals what is wanted; a None read from /proc (reset-on-fork) is "not known".
+    assert same(["batch", 0, None], ["batch", 0, True]) and same(5, 5) and same("0-1", "0-1")
+    assert not same(["batch", 0, None], ["idle", 0, True]) and not same([1], [1, 2])
