@@ -7,9 +7,6 @@ import json
 import os
 import threading
 
-from hypothesis import given
-from hypothesis import strategies as st
-
 import hostd.journal as journal_module
 from hostd.journal import Journal
 
@@ -29,7 +26,7 @@ def test_each_record_carries_boot_version_and_policy(tmp_path):
     j.record([("cpu/0/scaling_governor", "powersave")])
     line = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[0])
     assert line["boot"] == "boot-a" and line["policy"] == "abc123"
-    assert line["version"] and line["orig"] == "powersave"
+    assert line["version"] and line["records"] == [["cpu/0/scaling_governor", "powersave"]]
 
 
 def test_task_records_of_an_earlier_boot_are_dropped_host_knobs_kept(tmp_path):
@@ -155,42 +152,6 @@ def test_an_event_record_meanwhile_never_makes_staged_originals_records(tmp_path
     assert j.settled(wait=True) and "task/10@99/nice" not in j
 
 
-def test_a_record_line_is_the_json_of_its_entry():
-    """``Journal._line`` puts a line together in place (it runs three times per new thread);
-    it must be the very text of the entry's JSON, so that every reader and checksum agrees."""
-    from hostd.journal import Record, _summed
-
-    records = [
-        Record("task/12@34/affinity", "0-1", "boot-id", "0.1.0", "ab" * 32, 1.23456, None),
-        Record("task/12@34/sched", ["batch", 0, False], "b", "0.1.0", None, 17e8 + 0.5,
-               {"to": ["idle", 0, False], "sid": 3, "tick": 9}),
-        Record("irq/5/smp_affinity_list", "ff", 'q"\\\u00e9', "0.1.0", "p", 3.0, None),
-        Record("cpu/1/governor", None, "b", "v", "p", 1, None),
-        Record("task/7@8/nice", -5, "b", "v", "p", float("nan"), {"to": 19, "sid": 0, "tick": 0}),
-    ]  # fmt: skip
-    for rec in records:
-        entry = {
-            "key": rec.key, "orig": rec.orig, "boot": rec.boot, "version": rec.version,
-            "policy": rec.policy, "time": round(rec.time, 3),
-        }  # fmt: skip
-        if rec.inherit is not None:
-            entry["inherit"] = rec.inherit
-        assert Journal._line(rec) == _summed(entry)
-
-
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=3),
-        max_leaves=8,
-    )
-)
-def test_a_value_is_written_as_the_json_encoder_writes_it(value):
-    from hostd.journal import _COMPACT, _json
-
-    assert _json(value) == _COMPACT.encode(value)
-
-
 def test_task_records_are_a_threads_open_keys_and_no_other_threads(tmp_path):
     from hostd.reconcile import same, task_records
 
@@ -210,3 +171,72 @@ def test_task_records_are_a_threads_open_keys_and_no_other_threads(tmp_path):
     # A knob equals what is wanted; a None read from /proc (reset-on-fork) is "not known".
     assert same(["batch", 0, None], ["batch", 0, True]) and same(5, 5) and same("0-1", "0-1")
     assert not same(["batch", 0, None], ["idle", 0, True]) and not same([1], [1, 2])
+
+
+def test_one_append_shares_lines_and_a_done_line_closes_many(tmp_path):
+    from hostd.journal import PER_LINE
+
+    j = Journal(tmp_path, "b", "p")
+    keys = [f"task/{tid}@5/nice" for tid in range(310)]
+    j.record([(k, 0, {"to": -5, "sid": 1, "tick": 2}) for k in keys])
+    j.done(keys[:300])
+    lines = [json.loads(t) for t in (tmp_path / "journal.jsonl").read_text().splitlines()]
+
+    def sizes(n: int) -> list[int]:  # n records (or keys), PER_LINE a line
+        return [min(PER_LINE, n - i) for i in range(0, n, PER_LINE)]
+
+    assert [len(line.get("records", line.get("done", []))) for line in lines] == sizes(
+        len(keys)
+    ) + sizes(300)
+    assert lines[0]["records"][0] == [keys[0], 0, {"to": -5, "sid": 1, "tick": 2}]
+    again = Journal(tmp_path, "b")
+    assert again.recorded() == keys[300:] and not again.damaged
+    assert again.records[keys[-1]].inherit == {"to": -5, "sid": 1, "tick": 2}
+
+
+def test_a_bad_record_in_a_shared_line_costs_only_itself(tmp_path):
+    from hostd.journal import _summed
+
+    line = _summed(
+        {"records": [["task/1@2/nice", 0], ["task/3@4/nice", -40], "junk",
+                     ["irq/5/smp_affinity_list", "1"]],
+         "boot": "b", "version": "v", "policy": "p", "time": 1.5}
+    )  # fmt: skip
+    (tmp_path / "journal.jsonl").write_text(line + "\n")
+    j = Journal(tmp_path, "b")
+    assert j.recorded() == ["task/1@2/nice", "irq/5/smp_affinity_list"]
+    assert [n for n, _ in j.damaged] == [1, 1] and "task/3@4/nice" in j.damaged[1][1] + j.damaged[
+        0
+    ][1]
+
+
+def test_compaction_keeps_each_records_stamps(tmp_path):
+    Journal(tmp_path, "boot-a", "p1").record([("irq/7/smp_affinity_list", "0-1")])
+    j = Journal(tmp_path, "boot-b", "p2")  # after a reboot, with another policy
+    j.record([("task/10@99/nice", 0), ("irq/8/smp_affinity_list", "1")])
+    j.done(["task/10@99/nice"])
+    j.compact()
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # one per (boot, version, policy, time)
+    again = Journal(tmp_path, "boot-b")
+    assert again.recorded() == ["irq/7/smp_affinity_list", "irq/8/smp_affinity_list"]
+    assert [(r.boot, r.policy) for r in again.records.values()] == [
+        ("boot-a", "p1"),
+        ("boot-b", "p2"),
+    ]
+
+
+def test_a_journal_of_one_record_a_line_is_still_read(tmp_path):
+    """The lines of a hostd before shared lines: one record, or one closed key, each."""
+    from hostd.journal import _summed
+
+    old = [
+        {"key": "task/1@2/nice", "orig": 0, "boot": "b", "version": "v", "policy": "p", "time": 1,
+         "inherit": {"to": 5, "sid": 1, "tick": 1}},
+        {"key": "irq/5/smp_affinity_list", "orig": "0-1", "boot": "b", "version": "v",
+         "policy": "p", "time": 1},
+        {"key": "task/1@2/nice", "done": True},
+    ]  # fmt: skip
+    (tmp_path / "journal.jsonl").write_text("".join(_summed(e) + "\n" for e in old))
+    j = Journal(tmp_path, "b")
+    assert j.recorded() == ["irq/5/smp_affinity_list"] and not j.damaged
