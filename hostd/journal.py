@@ -46,6 +46,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby, islice
+from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -400,11 +401,14 @@ def _whole_lines(fd: int) -> int:
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
+_STAMPS = itemgetter(2, 3, 4, 5)  # a Record's boot, version, policy and time
+
+
 def _record_lines(records: Iterable[Record]) -> Iterator[str]:
     """The lines of these records: those that share boot, version, policy and time (the records
     of one append do) go together, up to ``PER_LINE`` a line, encoded by one encoder call (a
     line per record cost 3.4 us each in a storm; a shared line about 1.6)."""
-    for head, group in groupby(records, key=lambda r: (r.boot, r.version, r.policy, r.time)):
+    for head, group in groupby(records, key=_STAMPS):
         boot, version, policy, when = head
         recs = [[r.key, r.orig] if r.inherit is None else [r.key, r.orig, r.inherit] for r in group]
         for i in range(0, len(recs), PER_LINE):
