@@ -407,7 +407,7 @@ _STAMPS = attrgetter("boot", "version", "policy", "time")  # a Record's stamps
 def _record_lines(records: Iterable[Record]) -> Iterator[str]:
     """The lines of these records: those that share boot, version, policy and time (the records
     of one append do) go together, up to ``PER_LINE`` a line, encoded by one encoder call (a
-    line per record cost 3.4 us each in a storm; a shared line about 1.6)."""
+    line per record cost 3.4 us a record; 32 a line, 2.5 us, and a third of the bytes)."""
     for head, group in groupby(records, key=_STAMPS):
         boot, version, policy, when = head
         recs = [[r.key, r.orig] if r.inherit is None else [r.key, r.orig, r.inherit] for r in group]
@@ -467,9 +467,14 @@ def _parse(raw: bytes) -> tuple[list[dict], list[str]]:
             whys,
         )  # fmt: skip
     if isinstance(entry.get("done"), list):  # keys closed at once
-        keys = entry["done"]
-        whys = [why for key in keys if (why := knobkinds.check_key(key))]
-        return [{"key": k, "done": True} for k in keys if not knobkinds.check_key(k)], whys
+        closed, whys = [], []
+        for key in entry["done"]:
+            why = knobkinds.check_key(key)
+            if why:
+                whys.append(why)
+            else:
+                closed.append({"key": key, "done": True})
+        return closed, whys
     # one record, or one closed key, a line (the journal of a hostd before 2026-11-27)
     why = knobkinds.check_key(entry.get("key"))
     if why:

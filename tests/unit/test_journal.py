@@ -202,12 +202,13 @@ def test_a_bad_record_in_a_shared_line_costs_only_itself(tmp_path):
                      ["irq/5/smp_affinity_list", "1"]],
          "boot": "b", "version": "v", "policy": "p", "time": 1.5}
     )  # fmt: skip
-    (tmp_path / "journal.jsonl").write_text(line + "\n")
+    done = _summed({"done": ["irq/5/smp_affinity_list", "nothing/1/nice"]})
+    (tmp_path / "journal.jsonl").write_text(line + "\n" + done + "\n")
     j = Journal(tmp_path, "b")
-    assert j.recorded() == ["task/1@2/nice", "irq/5/smp_affinity_list"]
-    assert [n for n, _ in j.damaged] == [1, 1] and "task/3@4/nice" in j.damaged[1][1] + j.damaged[
-        0
-    ][1]
+    assert j.recorded() == ["task/1@2/nice"]  # irq/5 closed by the good key of the done line
+    assert [n for n, _ in j.damaged] == [1, 1, 2]
+    assert "task/3@4/nice" in j.damaged[0][1] + j.damaged[1][1]
+    assert "nothing/1/nice" in j.damaged[2][1]
 
 
 def test_compaction_keeps_each_records_stamps(tmp_path):
