@@ -60,7 +60,8 @@ Install it with ``apt-get install tuned linux-perf`` (linux-perf holds the ``per
 its event-driven mode needs; without it the plugin does not load).
 
 ``HOSTD_BENCH_KEEP_LOG=FILE`` keeps a copy of the agent's log there (its ``relayer`` lines give the
-re-layer's own time).
+re-layer's own time); ``HOSTD_BENCH_VERBOSE=1`` runs the agent with ``-v`` (a line per event pass:
+its events, threads and seconds).
 
 Everything the benchmark changes is undone in a ``finally`` (SIGINT, SIGTERM and SIGHUP are
 caught so that it runs): kernel limits (bench/scan.py's ``Limits``), helper and workload
@@ -584,6 +585,8 @@ class HostdArm:
             "run", "--policy", str(self.policy), "--state-dir", str(self.state),
             "--run-dir", str(self.run_dir),
         )  # fmt: skip
+        if os.environ.get("HOSTD_BENCH_VERBOSE"):
+            cmd.append("-v")
         if self.scope is not None:
             cmd += ["--scope-pid", str(self.scope)]
         with open(self.log, "wb") as log:
