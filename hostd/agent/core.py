@@ -38,6 +38,7 @@ from hostd.model.cpus import parse_cpulist
 from hostd.plan import Plan, TaskPlanner, plan
 from hostd.policy import PolicyError, load_checked
 from hostd.reconcile import (
+    TASK_KINDS,
     Observed,
     PassReport,
     Prepared,
@@ -343,8 +344,13 @@ class Agent:
         off = self.caps.disabled_kinds() | (
             hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
         )
-        if off:
-            want = {k: v for k, v in want.items() if knobkinds.kind_of(k) not in off}
+        if off:  # (when no thread's kind is off, a thread's keys, most of them, need no look)
+            tasks_on = off.isdisjoint(TASK_KINDS)
+            want = {
+                k: v
+                for k, v in want.items()
+                if (tasks_on and knobs.is_task_key(k)) or knobkinds.kind_of(k) not in off
+            }
         journal = self.journal if self.mode == "enforce" else None
         args = dict(unchangeable=self.unchangeable, inherited=self.watcher.inherited, **kwargs)
         if not stage or journal is None:

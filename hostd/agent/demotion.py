@@ -42,11 +42,7 @@ class Demotions:
     def inherited(self, key: str, current: object) -> object:
         """The original to journal for ``key``: a thread born SCHED_IDLE in a demoted session
         (it inherited that from a thread hostd demoted) has its session's original policy."""
-        if (
-            knobkinds.kind_of(key) != "sched"
-            or not isinstance(current, list)
-            or current[0] != "idle"
-        ):
+        if type(current) is not list or current[0] != "idle" or knobkinds.kind_of(key) != "sched":
             return current
         tid, start = knobs.parse_task_key(key)
         task = self.loop.agent.cache.tasks.get(tid)
