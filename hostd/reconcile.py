@@ -143,8 +143,11 @@ class Observed:
 
     def get(self, key: str, default: object = None) -> object:
         t = self.task(key)
-        if t is None:
-            return default
+        return default if t is None else self.value(t, key, default)
+
+    @staticmethod
+    def value(t: Task, key: str, default: object = None) -> object:
+        """The value of one of thread ``t``'s knobs, as far as the snapshot knows it."""
         kind = key[key.rfind("/") + 1 :]  # a task key's kind is its last part
         if kind == "affinity":
             return format_cpulist(t.affinity)
@@ -238,12 +241,20 @@ def prepare(
     """
     report = PassReport()
     changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
+    snapshot = observed if isinstance(observed, Observed) else None
+    found: dict[str, Task] = {}  # the snapshot's thread of each key (one lookup a key)
     for key in sorted(want, key=_order):
         value = want[key]
         if key in unchangeable:
             report.results.append(Result(key, "unchangeable", value, "refused before"))
             continue
-        current = observed.get(key, _UNKNOWN)
+        if snapshot is None:
+            current = observed.get(key, _UNKNOWN)
+        elif (task := snapshot.task(key)) is None:
+            current = _UNKNOWN
+        else:
+            found[key] = task
+            current = snapshot.value(task, key, _UNKNOWN)
         # Read through the knob when the snapshot does not know, or when it matches except for
         # what /proc does not show (the reset-on-fork flag).
         if current is not _UNKNOWN:
@@ -291,7 +302,7 @@ def prepare(
     # The value just observed is the original, unless the snapshot could not see all of it.
     originals: list[tuple] = []
     tick = None
-    recorded, snapshot = journal.records, isinstance(observed, Observed)
+    recorded = journal.records
     for key, value, current in changes:
         if key in recorded:
             continue
@@ -302,11 +313,7 @@ def prepare(
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
             continue
-        task = (
-            observed.task(key)  # type: ignore[union-attr]
-            if snapshot and knobkinds.kind_of(key) in INHERITABLE
-            else None
-        )
+        task = found.get(key) if knobkinds.kind_of(key) in INHERITABLE else None
         if task is None:
             originals.append((key, orig))
             continue
