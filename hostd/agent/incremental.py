@@ -216,15 +216,12 @@ class Incremental:
         if self.pending:  # decided again: a join decided before no longer holds
             for item in items:
                 self.pending.pop(knobs.task_key(*item.task.key, "cpuset"), None)
-        joins = [  # (a task key's kind is its last part)
-            k
-            for k, v in want.items()
-            if k.startswith("task/") and k.endswith("/cpuset") and home_of(str(v)) != v
-        ]
         due = time.monotonic() + JOIN_AFTER_S
-        for key in joins:
-            affinity_key = key.rsplit("/", 1)[0] + "/affinity"
-            self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key), due)
+        for tp in task_plans:
+            if tp.cpuset is not None and home_of(tp.cpuset) != tp.cpuset:  # a join
+                key = knobs.task_key(tp.tid, tp.start_time, "cpuset")
+                affinity_key = knobs.task_key(tp.tid, tp.start_time, "affinity")
+                self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key), due)
         return want
 
     def joins_due(self) -> float | None:

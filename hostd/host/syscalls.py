@@ -50,25 +50,27 @@ _SYSCALLS = {
 MPOL_MF_MOVE = 1 << 1
 
 
-def _call(what: str, fn, *args):
+def _call(kind: str, tid: int, fn, *args):
+    """``fn(*args)``, its OSError as the HostError of knob ``task/TID/KIND`` (the name is only
+    built on error: these run a few times per thread, a storm's thousands a second)."""
     try:
         return fn(*args)
     except OSError as exc:
-        raise from_oserror(exc, what) from None
+        raise from_oserror(exc, f"task/{tid}/{kind}") from None
 
 
 def get_affinity(tid: int) -> frozenset[int]:
-    return frozenset(_call(f"task/{tid}/affinity", os.sched_getaffinity, tid))
+    return frozenset(_call("affinity", tid, os.sched_getaffinity, tid))
 
 
 def set_affinity(tid: int, cpus: frozenset[int]) -> None:
-    _call(f"task/{tid}/affinity", os.sched_setaffinity, tid, cpus)
+    _call("affinity", tid, os.sched_setaffinity, tid, cpus)
 
 
 def get_sched(tid: int) -> tuple[str, int, bool]:
     """(policy name, RT priority, reset-on-fork) of a thread."""
-    raw = _call(f"task/{tid}/sched", os.sched_getscheduler, tid)
-    prio = _call(f"task/{tid}/sched", os.sched_getparam, tid).sched_priority
+    raw = _call("sched", tid, os.sched_getscheduler, tid)
+    prio = _call("sched", tid, os.sched_getparam, tid).sched_priority
     policy = raw & ~RESET_ON_FORK
     return POLICY_NAMES.get(policy, str(policy)), prio, bool(raw & RESET_ON_FORK)
 
@@ -76,15 +78,15 @@ def get_sched(tid: int) -> tuple[str, int, bool]:
 def set_sched(tid: int, policy: str, priority: int, reset_on_fork: bool) -> None:
     number = POLICY_NUMBERS[policy] | (RESET_ON_FORK if reset_on_fork else 0)
     param = os.sched_param(priority if POLICY_NUMBERS[policy] in RT else 0)
-    _call(f"task/{tid}/sched", os.sched_setscheduler, tid, number, param)
+    _call("sched", tid, os.sched_setscheduler, tid, number, param)
 
 
 def get_nice(tid: int) -> int:
-    return _call(f"task/{tid}/nice", os.getpriority, os.PRIO_PROCESS, tid)
+    return _call("nice", tid, os.getpriority, os.PRIO_PROCESS, tid)
 
 
 def set_nice(tid: int, nice: int) -> None:
-    _call(f"task/{tid}/nice", os.setpriority, os.PRIO_PROCESS, tid, nice)
+    _call("nice", tid, os.setpriority, os.PRIO_PROCESS, tid, nice)
 
 
 _libc = None
