@@ -6,10 +6,11 @@ says ``restore_on_exit = false``). A step handles, in this order: a reload (SIGH
 (SIGUSR1), device events (a full pass with the topology read again), thread events (an event
 pass, which re-layers first when a layer gains its first member; a lost event means a full
 pass); then, while no event waits, cpuset joins of threads that lived a second and, after a
-re-layer, the pool's threads; the journal's compaction when nothing else is left; a layer due
-to give CPUs back, the watch, a second look at unnamed job threads whose activity is not yet
-plain (``Agent.relook``, four times a second), the sizer (a resize re-layers), and the timers: the
-drift rescan (or, without events, the poll) and the status file at most once a second.
+re-layer, the pool's threads; a few milliseconds of the journal's compaction when nothing else
+is left; a layer due to give CPUs back, the watch, a second look at unnamed job threads whose
+activity is not yet plain (``Agent.relook``, four times a second), the sizer (a resize
+re-layers), and the timers: the drift rescan (or, without events, the poll) and the status file
+at most once a second.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
-STAGED_POLL_S = 0.001  # how often a redo chunk's background fsync is looked at
+STAGED_POLL_S = 0.001  # how often a background fsync (a redo chunk's, a compaction's) is seen to
+COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
 
 
 def run(agent: Agent, once: bool = False) -> PassReport:
@@ -158,6 +160,8 @@ def step(agent: Agent) -> None:
     )
     if inc.backlog:
         timeout = 0.0  # threads named by events wait to be read
+    elif agent.journal.compacting:
+        timeout = min(timeout, STAGED_POLL_S)  # its next step (or its fsync, looked at)
     events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
     if sources.stop:
         return
@@ -201,8 +205,9 @@ def step(agent: Agent) -> None:
     if agent.refreeze:
         freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
     idle = not (inc.pending or inc.redo_left or agent.staged)
-    if idle and agent.journal.compact_due and not waiting(agent):
-        agent.journal.compact()
+    journal = agent.journal
+    if (journal.compacting or (idle and journal.compact_due)) and not waiting(agent):
+        journal.compact(COMPACT_STEP_S)  # a step; the next goes on
     now = time.monotonic()
     if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
         agent.relayer("shrink", inc.why)

@@ -241,3 +241,76 @@ def test_a_journal_of_one_record_a_line_is_still_read(tmp_path):
     (tmp_path / "journal.jsonl").write_text("".join(_summed(e) + "\n" for e in old))
     j = Journal(tmp_path, "b")
     assert j.recorded() == ["irq/5/smp_affinity_list"] and not j.damaged
+
+
+def _irqs(first: int, n: int) -> list[tuple[str, str]]:
+    return [(f"irq/{i}/smp_affinity_list", str(i % 4)) for i in range(first, first + n)]
+
+
+def _deferred(tmp_path) -> Journal:
+    j = Journal(tmp_path, "b")
+    j.defer_compaction = True  # as the agent's: compacted when it says so
+    return j
+
+
+def test_a_compaction_in_steps_keeps_what_is_appended_meanwhile(tmp_path):
+    """The agent compacts a few milliseconds a step and handles events in between: a record
+    closed, a record made and a torn line cut meanwhile are all in the compacted file."""
+    j = _deferred(tmp_path)
+    j.record(_irqs(0, 3000))
+    j.done([k for k, _ in _irqs(0, 1600)])
+    with open(tmp_path / "journal.jsonl", "a") as fh:
+        fh.write('{"records": [["irq/9')  # a crash mid-append, before this agent
+    j = _deferred(tmp_path)
+    assert j.torn and j.compact_due
+    assert j.compact(budget_s=0) is False and j.compacting  # one chunk, then it yields
+    j.done([k for k, _ in _irqs(1600, 10)])  # open when it began: closed meanwhile
+    j.record(_irqs(5000, 5))
+    assert j.compact(budget_s=0) is False
+    j.record([("task/10@99/nice", 0)])
+    while not j.compact(budget_s=0):
+        pass
+    assert not j.compacting and not list(tmp_path.glob("*.tmp"))
+    want = [k for k, _ in _irqs(1610, 1390) + _irqs(5000, 5)] + ["task/10@99/nice"]
+    assert j.recorded() == want
+    again = Journal(tmp_path, "b")
+    assert again.recorded() == want and not again.damaged and not again.torn
+    text = (tmp_path / "journal.jsonl").read_text()
+    assert text.count('"done"') == 1  # only the done line appended meanwhile is left
+    j.record(_irqs(6000, 1))  # appends go to the new file
+    assert Journal(tmp_path, "b").recorded() == [*want, "irq/6000/smp_affinity_list"]
+
+
+def test_a_compaction_given_up_or_cut_by_a_crash_leaves_the_file_as_it_was(tmp_path):
+    j = _deferred(tmp_path)
+    j.record(_irqs(0, 2000))
+    j.done([k for k, _ in _irqs(0, 1500)])
+    before = (tmp_path / "journal.jsonl").read_bytes()
+    assert j.compact(budget_s=0) is False
+    # a crash now: the next agent reads the old file, the temp file is nobody's
+    assert Journal(tmp_path, "b").recorded() == [k for k, _ in _irqs(1500, 500)]
+    j.close()  # the agent stops mid-way
+    assert not j.compacting and not list(tmp_path.glob("*.tmp"))
+    assert (tmp_path / "journal.jsonl").read_bytes() == before
+    j.record(_irqs(7000, 1))
+    assert Journal(tmp_path, "b").recorded() == [k for k, _ in _irqs(1500, 500) + _irqs(7000, 1)]
+
+
+def test_a_compaction_that_fails_at_its_end_keeps_the_old_file(tmp_path, monkeypatch):
+    j = _deferred(tmp_path)
+    j.record(_irqs(0, 2000))
+    j.done([k for k, _ in _irqs(0, 1500)])
+    assert j.compact(budget_s=0) is False
+    j.record(_irqs(8000, 2))
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert j.compact() is True and not j.compacting
+    assert "not compacted" in j.problem and not list(tmp_path.glob("*.tmp"))
+    monkeypatch.undo()
+    want = [k for k, _ in _irqs(1500, 500) + _irqs(8000, 2)]
+    assert Journal(tmp_path, "b").recorded() == want
+    j.record(_irqs(9000, 1))  # the old file, still appended to
+    assert Journal(tmp_path, "b").recorded() == [*want, "irq/9000/smp_affinity_list"]
