@@ -207,7 +207,12 @@ def step(agent: Agent) -> None:
     idle = not (inc.pending or inc.redo_left or agent.staged)
     journal = agent.journal
     if (journal.compacting or (idle and journal.compact_due)) and not waiting(agent):
-        journal.compact(COMPACT_STEP_S)  # a step; the next goes on
+        began, problem = journal.compacting, journal.problem
+        if journal.compact(COMPACT_STEP_S) and began:  # a step; the next goes on
+            if journal.problem != problem:
+                log.warning("journal %s", journal.problem)
+            else:
+                log.info("journal compacted records=%d", len(journal))
     now = time.monotonic()
     if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
         agent.relayer("shrink", inc.why)
