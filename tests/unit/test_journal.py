@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import threading
+import time
 
 import hostd.journal as journal_module
 from hostd.journal import Journal
@@ -314,3 +315,21 @@ def test_a_compaction_that_fails_at_its_end_keeps_the_old_file(tmp_path, monkeyp
     assert Journal(tmp_path, "b").recorded() == want
     j.record(_irqs(9000, 1))  # the old file, still appended to
     assert Journal(tmp_path, "b").recorded() == [*want, "irq/9000/smp_affinity_list"]
+
+
+def test_originals_staged_during_a_compaction_are_in_the_compacted_file(tmp_path, monkeypatch):
+    j = _deferred(tmp_path)
+    j.record(_irqs(0, 2000))
+    j.done([k for k, _ in _irqs(0, 1500)])
+    assert j.compact(budget_s=0) is False  # begun
+    sync = HeldSync(monkeypatch)
+    j.stage([("task/10@99/affinity", "0-3")])  # a redo chunk's originals, fsync held
+    for _ in range(100):
+        j.compact(budget_s=0)
+    assert j.compacting  # its own fsync waits behind the staged one
+    sync.release()
+    while not j.compact(budget_s=0):
+        time.sleep(0.001)
+    assert j.settled(wait=True) and "task/10@99/affinity" in j
+    want = [k for k, _ in _irqs(1500, 500)] + ["task/10@99/affinity"]
+    assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want
