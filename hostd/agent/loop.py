@@ -38,6 +38,7 @@ JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
 STAGED_POLL_S = 0.001  # how often a background fsync (a redo chunk's, a compaction's) is seen to
+GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
 COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
 
 
@@ -59,7 +60,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
     # A storm of new threads makes and drops objects by the hundred thousand a second, few of
     # them in cycles: the youngest generation is collected every 10,000 objects kept, not 700
     # (collections took 3.5 % of the agent's CPU in a storm of 10,000 threads/s).
-    gc.set_threshold(10_000, 10, 10)
+    gc.set_threshold(*GC_THRESHOLD)
     # hostd's own priority: in a storm of new threads it must not be starved by the very
     # threads it is placing (it uses CPU only when there are events).
     if agent.policy.agent_nice is not None:
