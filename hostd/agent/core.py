@@ -101,11 +101,7 @@ class Agent:
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
-        # a redo chunk or a storm's event pass whose originals wait for an fsync, the start
-        # times its threads were read with, and (an event pass's) their fork stamps
-        self.staged: Prepared | None = None
-        self.staged_known: dict[int, int] = {}
-        self.staged_born: dict[int, int] = {}
+        self.staged: Prepared | None = None  # a redo chunk whose originals wait for an fsync
         self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
@@ -189,9 +185,6 @@ class Agent:
             return PassReport()  # switched off, or no full pass yet
         batch = Batch.of(events, os.getpid(), self.cache.in_scope)
         exited, vanished, touched = inc.read(batch)
-        # The last pass's writes, if it left them for this one (a storm): their originals' fsync
-        # ran while these threads were read. Before the exits: their records close below.
-        self.finish_staged(wait=True)
         self.watcher.forget([t.key for t in exited + vanished])
         if exited and self.mode == "enforce":  # close their journal records
             self.journal.done(task_records(self.journal, [t.key for t in exited]))
@@ -205,19 +198,12 @@ class Agent:
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
-        # In a storm (threads still wait to be read) the originals' fsync runs in the background
-        # while the next pass reads, and this pass's writes wait for that pass.
-        storm = bool(inc.backlog) and self.mode == "enforce"
-        report = self.apply_threads(want, items, fresh=True, stage=storm)
+        report = self.apply_threads(want, items, fresh=True)
         report.results[:0] = first.results
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
-        if self.staged is not None:
-            self.staged_born = inc.born  # their lag once written (``finish_staged``)
-            self._lag(first, inc.born)  # (a first member's layer: written now)
-        else:
-            self._lag(report, inc.born)
+        self._lag(report)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
@@ -232,7 +218,6 @@ class Agent:
         now: hostd's cpusets and the threads of the layers whose CPUs moved. The pool's threads
         follow a few at a time (``redo``)."""
         started = time.monotonic()
-        self.finish_staged(wait=True)  # decided by the planner this replaces: written first
         relayed = self.inc.relayer(self.policy, self.sizer.planned(), homes_only)
         if relayed is None:
             return PassReport()
@@ -259,7 +244,15 @@ class Agent:
         the writes follow at the next call. False: nothing done (that fsync is still running)."""
         inc = self.inc
         if self.staged is not None:
-            return self.finish_staged()
+            if not self.journal.settled():
+                return False
+            prep, self.staged = self.staged, None
+            prep.report = PassReport()  # what it read was counted when it was staged
+            report = finish(self.host, self.journal, prep, self.unchangeable, self.journal.unsynced)
+            self.inc.note_applied(report)
+            self.counters.update(r.outcome for r in report.results)
+            loop.log_problems(report)
+            return True
         host, inc.redo_host = inc.redo_host, None
         if host is not None:
             report = self.reconcile(host, {}, only=())
@@ -305,11 +298,11 @@ class Agent:
         )  # fmt: skip
         loop.log_problems(report)
 
-    def _lag(self, report: PassReport, born: dict[int, int]) -> None:
+    def _lag(self, report: PassReport) -> None:
         """Each new thread this pass placed (its knobs written, or already right: a thread
-        inherits its creator's): how long after its fork event (``born``: the stamps of the
-        threads the pass read), also when that event came passes ago and the thread waited in
-        the backlog."""
+        inherits its creator's): how long after its fork event, also when that event came
+        passes ago and the thread waited in the backlog."""
+        born = self.inc.born
         if not born:
             return
         placed = {
@@ -332,29 +325,8 @@ class Agent:
             items = [i for i in items if self.host.start_time(i.task.tid) == i.task.start_time]
         observed = Observed(item.task for item in items)
         only = [i.task.key for i in items]
-        known = {i.task.tid: i.task.start_time for i in items}
-        with self.host.known_start_times(known):
-            report = self.reconcile(want, observed, stage=stage, only=only)
-        if stage and self.staged is not None:  # staged now: written a pass later
-            self.staged_known = known if fresh else {}  # (read just now: still these threads)
-            self.staged_born = {}
-        return report
-
-    def finish_staged(self, wait: bool = False) -> bool:
-        """The writes of a staged chunk (a redo's, or a storm's event pass), once its originals
-        are durable (``wait``: wait for that). False: none waits, or its fsync still runs."""
-        if self.staged is None or not self.journal.settled(wait=wait):
-            return False
-        prep, known, born = self.staged, self.staged_known, self.staged_born
-        self.staged, self.staged_known, self.staged_born = None, {}, {}
-        read, prep.report = prep.report, PassReport()  # (what it read was counted then)
-        with self.host.known_start_times(known):
-            report = finish(self.host, self.journal, prep, self.unchangeable, self.journal.unsynced)
-        self.inc.note_applied(report)
-        self.counters.update(r.outcome for r in report.results)
-        self._lag(PassReport(read.results + report.results), born)
-        loop.log_problems(report)
-        return True
+        with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
+            return self.reconcile(want, observed, stage=stage, only=only)
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set

@@ -191,9 +191,6 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     events += [Event("fork", t, 4300, 4300, "", sent) for t in new[1:]]
 
     def placed() -> set[int]:
-        # (a pass that leaves threads in the backlog writes once its originals' fsync ended,
-        # at the next pass or when the loop is idle: as they would by now)
-        agent.finish_staged(wait=True)
         return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"} & set(new)
 
     agent.event_pass(events)
@@ -209,44 +206,6 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     assert not agent.inc.backlog
     # Each placed one's lag from its fork event, those that waited in the backlog too.
     assert agent.event_lag.doc()["count"] == len(new) - 1
-
-
-def test_a_storm_pass_writes_once_its_originals_are_durable(agent, monkeypatch):
-    """A pass that leaves threads in the backlog (a storm) records its originals with a
-    background fsync and writes at the next pass (or the loop's next quiet moment), never
-    before that fsync ended; a re-layer writes what waits first; each placed thread's lag is
-    counted once."""
-    import threading
-
-    import hostd.journal as journal_module
-
-    monkeypatch.setattr(incremental, "READ_CHUNK", 4)
-    agent.pass_once()
-    go, real = threading.Event(), journal_module._sync_and_close
-    monkeypatch.setattr(journal_module, "_sync_and_close", lambda fd: (go.wait(10), real(fd)))
-    new = _new_rank(agent.tree, 4300, like=RANK)
-    events = [Event("fork", 4300, 4300, 4000, "", time.monotonic_ns())]
-    events += [Event("fork", t, 4300, 4300, "", time.monotonic_ns()) for t in new[1:]]
-
-    def written() -> set[int]:
-        return {tid for kind, tid, _ in agent.calls.writes if kind == "affinity"} & set(new)
-
-    agent.event_pass(events)
-    staged = agent.staged
-    assert staged is not None and agent.inc.backlog  # this pass's writes wait
-    keys = {key for key, _, _ in staged.changes}
-    assert keys and not keys & set(agent.journal.records)  # not durable yet: not records
-    assert not written() & {int(k.split("/")[1].split("@")[0]) for k in keys}
-    assert loop.redo_at(agent) is not None  # the loop looks again (its redo writes them)
-    threading.Timer(0.05, go.set).start()
-    agent.relayer("test")  # a new planner: what the old one decided is written first
-    assert agent.staged is None and keys <= set(agent.journal.records)
-    assert {int(k.split("/")[1].split("@")[0]) for k in keys} <= written()
-    while agent.inc.backlog:
-        agent.event_pass([])
-        agent.finish_staged(wait=True)
-    assert written() == set(new)
-    assert agent.event_lag.doc()["count"] == len(new)  # each once
 
 
 class _Connector:
