@@ -67,14 +67,19 @@ from hostd.demo import (  # noqa: E402
     session_pids,
 )
 from hostd.host import Host  # noqa: E402
-from hostd.policy import load_default  # noqa: E402
+from hostd.policy import default_policy_bytes, load_default, parse_policy  # noqa: E402
 from hostd.stats import measure  # noqa: E402
 from hostd.tasks import descendants  # noqa: E402
 
 TRAIN = HERE / "train.py"
 SECTION = "## Trainer effect matrix (bench/trainer/matrix.py)"
-ARMS = ("alone", "alone+hostd", "contended", "contended+hostd", "contended+tuned")
-HOSTD_ARMS = ("alone+hostd", "contended+hostd")
+ARMS = (
+    "alone", "alone+hostd", "contended", "contended+hostd", "contended+sizing", "contended+tuned"
+)  # fmt: skip
+HOSTD_ARMS = ("alone+hostd", "contended+hostd", "contended+sizing")
+# The ``contended+sizing`` arm's policy: the default with self-sizing layers (``sizing_policy``).
+SIZING_UTIL = "{ low = 0.5, high = 0.8 }"
+SIZING_DATA_CPUS = '{ min = 1, max = "25%" }'
 GOAL_SPEED, GOAL_PROBE = 0.97, 0.95
 STARVE_MARGIN = 0.10  # a data/comms layer waits this much more of its runnable time than alone
 STARTUP_S = 12.0  # per run, on top of --seconds and --warmup, for the time estimate
@@ -620,12 +625,41 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def sizing_policy() -> str:
+    """The default policy with self-sizing layers: ``trainer`` (grouped) gets ``util``, ``data``
+    becomes grouped with CPUs of its own (``SIZING_DATA_CPUS``) sized by ``util`` too. Checked by
+    the policy parser; everything else is the default, unchanged."""
+    text = default_policy_bytes().decode()
+    blocks = text.split("[[layer]]\n")
+    changed = set()
+    for i, block in enumerate(blocks):
+        if block.startswith('name = "trainer"\n'):
+            blocks[i] = block.replace(
+                'kind = "grouped"\n', f'kind = "grouped"\nutil = {SIZING_UTIL}\n', 1
+            )
+        elif block.startswith('name = "data"\n'):
+            blocks[i] = block.replace(
+                'kind = "open"\n',
+                f'kind = "grouped"\ncpus = {SIZING_DATA_CPUS}\nutil = {SIZING_UTIL}\n',
+                1,
+            )
+        if blocks[i] != block:
+            changed.add(block.split('"')[1])
+    if changed != {"trainer", "data"}:
+        raise SystemExit(f"sizing_policy: the default policy changed shape (edited: {changed})")
+    text = "[[layer]]\n".join(blocks)
+    policy = parse_policy(text.encode(), "<sizing policy>")
+    assert {ly.name for ly in policy.layers if ly.self_sizing} == {"trainer", "data"}
+    return text
+
+
 def job_argv(cell: Cell, args: argparse.Namespace, out: Path, port: int) -> list[str]:
     return [
         args.python, "-m", "torch.distributed.run", "--nproc-per-node", str(args.ranks),
         "--master-port", str(port), str(TRAIN), "--model", cell.model,
         "--workers", str(cell.workers), "--seconds", str(args.seconds),
         "--warmup", str(args.warmup), "--out", str(out),
+        *(("--spike", str(args.spike[0]), str(args.spike[1])) if args.spike else ()),
     ]  # fmt: skip
 
 
@@ -648,8 +682,12 @@ def run_arm(
         if arm in HOSTD_ARMS:
             if other_agents():
                 raise RuntimeError(f"another hostd run is running (pids {other_agents()})")
+            policy_file = args.policy
+            if arm == "contended+sizing":
+                policy_file = str(workdir / "sizing.toml")
+                Path(policy_file).write_text(sizing_policy())
             agent = AgentProc(
-                workdir / f"agent-{n}", policy=args.policy, env={TAG_VAR: ""}
+                workdir / f"agent-{n}", policy=policy_file, env={TAG_VAR: ""}
             )  # never swept
             agent.wait_passes(1)
         if arm.startswith("contended"):
@@ -790,6 +828,7 @@ def _cleanup(rec: dict, tuner, job, agent, contention, probe) -> None:
 def _stop_agent(agent: AgentProc, rec: dict) -> None:
     log = agent.stop()
     rec["agent_errors"] = [ln for ln in log.splitlines() if " ERROR " in ln][:5]
+    rec["resizes"] = [ln.split(" resize ", 1)[1] for ln in log.splitlines() if " resize " in ln]
     rc = agent.proc.returncode
     if rc != 0:
         rec["problems"].append(f"hostd run exited with {rc}: {log[-800:]}")
@@ -865,6 +904,13 @@ def summarize(runs: list[dict], cells: list[Cell], arms: list[str]) -> list[dict
                     misses.append("probe")
                 misses += [f"{ly} starved" for ly in starved]
                 row["goal"] = "MET" if not misses else "MISSED (" + ", ".join(misses) + ")"
+            default = next(
+                (r for r in rows if r["cell"] == cell.id and r["arm"] == "contended+hostd"), None
+            )
+            if arm == "contended+sizing" and mine and default and default["min_steps_per_s"]:
+                # item 5 of issue 20: at least as good as the static default on the worst rep
+                worse = (row["min_steps_per_s"] or 0) < default["min_steps_per_s"]
+                row["goal"] = f"{'below' if worse else 'at least'} the default's worst"
             rows.append(row)
     return rows
 
@@ -910,7 +956,9 @@ def render(
         f"{info['torch']}; hostd at `{info['rev']}`; measured {info['when']}.",
         "",
         f"Method: `python3 bench/trainer/matrix.py --reps {args.reps} --seconds {args.seconds:g} "
-        f"--warmup {args.warmup:g}` (see its docstring). The job: `torchrun --nproc-per-node "
+        f"--warmup {args.warmup:g}"
+        + (f" --spike {args.spike[0]:g} {args.spike[1]:g}" if args.spike else "")
+        + "` (see its docstring). The job: `torchrun --nproc-per-node "
         f"{args.ranks}` of bench/trainer/train.py (DDP over gloo), steps counted for "
         f"{args.seconds:g} s after {args.warmup:g} s of warm-up. Cells (model, OMP_NUM_THREADS "
         "per rank, DataLoader workers per rank, contention): "
@@ -923,6 +971,8 @@ def render(
         )
         + ". Arms: `alone`; `contended` (nothing done); `contended+hostd` (`hostd run`, default "
         "policy, whole host, past its first pass before the job starts; SIGTERM after); "
+        "`contended+sizing` (the same with the default's `trainer` self-sizing, `util = "
+        f"{SIZING_UTIL}`, and `data` grouped, `cpus = {SIZING_DATA_CPUS}`, self-sizing too); "
         "`contended+tuned` (every 0.5 s every thread of the contention's processes SCHED_IDLE "
         "and the autogroup of their sessions, unless it is the launcher's, nice 19; put back "
         f"after). All arms of a cell interleaved in each of {args.reps} repetitions, order "
@@ -971,6 +1021,13 @@ def render(
             f"{p['worst_ms']:.0f} ms | {_cell_text(top) or '-'}{err} | "
             f"{preempt_summary(r.get('preempt')) if r['arm'] in HOSTD_ARMS else ''} |"
         )
+    resized = [r for r in runs if r.get("resizes")]
+    if resized:
+        lines += ["", "Resizes of self-sizing layers (the agent's log):", ""]
+        lines += [
+            f"- rep {r['rep']} {r['cell']}: " + "; ".join(_cell_text(x) for x in r["resizes"][:12])
+            for r in resized
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -1008,6 +1065,10 @@ def main() -> None:
         "--keep", type=Path, help="work in this folder and keep it (agent logs, job results)"
     )
     ap.add_argument("--policy", default=None, help="the hostd arm's policy (default: embedded)")
+    ap.add_argument(
+        "--spike", type=float, nargs=2, metavar=("AT", "SECONDS"), default=None,
+        help="a data-loader spike in every arm (train.py --spike: AT s after the job's start)",
+    )  # fmt: skip
     ap.add_argument(
         "--render",
         type=Path,
@@ -1108,7 +1169,8 @@ def main() -> None:
                             f"{_f(r['steps_per_s']):>6s} p99 {_f(r['step_ms_p99'], '{:.0f}'):>5s}"
                             f" ms probe {_f(p['progress'])} [{r['wall_s']:.0f} s] "
                             f"{'shell ' + json.dumps(shell) + ' ' if shell else ''}"
-                            f"{r['error'] or ''} {'; '.join(r['problems'])}",
+                            f"{r['error'] or ''} {'; '.join(r['problems'])}"
+                            f"{' resizes ' + str(len(r['resizes'])) if r.get('resizes') else ''}",
                             flush=True,
                         )
     except Interrupted:
