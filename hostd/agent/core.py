@@ -10,6 +10,7 @@ without root (tests/unit/test_agent_parts.py).
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import time
@@ -217,20 +218,22 @@ class Agent:
         """Plan the layers' CPUs again alone (``Incremental.relayer``) and write what must change
         now: hostd's cpusets and the threads of the layers whose CPUs moved. The pool's threads
         follow a few at a time (``redo``)."""
-        started = time.monotonic()
+        started, collections = time.monotonic(), _collections()
         relayed = self.inc.relayer(self.policy, self.sizer.planned(), homes_only)
         if relayed is None:
             return PassReport()
         want, items, moved = relayed
         self.refreeze = True
         want.update(self.inc.decide(items, self.base_affinity))
+        planned = time.monotonic()
         report = self.apply_threads(want, items, fresh=False)
         self.counters["relayers"] += 1
         self.counters.update(r.outcome for r in report.results)
         log.info(
-            "relayer reason=%s%s %s decided=%d later=%s seconds=%.4f %s", reason,
-            f" {why}" if why else "", moved, len(items),
+            "relayer reason=%s%s %s decided=%d later=%s seconds=%.4f (plan %.4f, writes %.4f, "
+            "gc %d) %s", reason, f" {why}" if why else "", moved, len(items),
             ",".join(sorted(self.inc.redo_layers)) or "-", time.monotonic() - started,
+            planned - started, time.monotonic() - planned, _collections() - collections,
             " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
         )  # fmt: skip
         loop.log_problems(report)
@@ -385,3 +388,9 @@ class Agent:
     def write_status(self, report: PassReport, elapsed: float | None, state: str) -> None:
         self.status.write(document(self, report, elapsed, state), self.counters)
         self.watcher.changed = False
+
+
+def _collections() -> int:
+    """How many times the garbage collector has run so far (all generations): a relayer's log
+    line says whether a collection fell inside it."""
+    return sum(g["collections"] for g in gc.get_stats())
