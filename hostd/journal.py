@@ -366,6 +366,11 @@ class Journal:
         ``problem`` says why); so does a damaged one, to be set aside with its damaged lines
         (``set_aside``)."""
         stepped = budget_s is not None
+        if not stepped and self._compaction is not None:
+            # All at once (a restore, a stop) while steps were under way: those write the
+            # records open when they began, which may all be closed now. Start afresh from
+            # what is open now, which removes the file when nothing is.
+            self._abort_compaction()
         if self._compaction is None:
             if not self._begin_compaction():
                 return True
