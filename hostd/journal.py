@@ -1,16 +1,14 @@
 """The write-ahead journal of original values: what makes every change hostd makes restorable.
 
-Before the first write to a knob, its original value is appended to ``journal.jsonl`` and the
-file is fsynced; only then is the knob written. An append that fails (a full disk) leaves the
+Before the first write to a knob, its original value is appended to ``journal.jsonl`` (and the
+file fsynced when the record is one kept across a reboot; see ``record``); only then is the knob
+written. An append that fails (a full disk) leaves the
 file as it was (cut back to its length before) and the journal's memory unchanged, and raises
 ``JournalError``: the caller writes none of those knobs. A knob's original is recorded once and
 never overwritten, so however many times hostd changes it, restore puts back what was there
 before hostd. Each record carries the boot id, hostd's version, the policy hash and a CRC-32 of
 the line (``sum``), which tells a line damaged or edited since from one cut off by a crash.
-Task keys include the thread's start time, so a reused tid is never "restored". ``stage``
-appends the same way but leaves the fsync to a background thread: its originals count as
-recorded (``key in journal``) only once ``settled()`` saw that fsync succeed, so the rule holds
-while the agent handles events meanwhile.
+Task keys include the thread's start time, so a reused tid is never "restored".
 
 On load, every line is checked before anything is written with it: it must be UTF-8 JSON, its
 sum must match, its key must name a knob hostd may have changed and its value must be one that
@@ -19,10 +17,10 @@ chooses which file hostd writes). A line that fails is listed in ``damaged`` (li
 readable ones are all kept: ``hostd restore`` restores them and reports the rest, and the agent
 refuses to start on a damaged journal. A last line without its newline is a crash mid-append,
 whose knobs were never written (write-ahead): it is left out, noted in ``torn`` and cut from
-the file before the next append. Task and
-session records from an earlier boot are dropped (those threads are gone); host knobs (IRQs,
-governors, cgroups) are kept and restored. ``compact()`` rewrites the file (temp file, fsync,
-rename, fsync of the folder) without records that are done, all at once or a few milliseconds a
+the file before the next append. Task, session and cgroup records from an earlier boot are
+dropped (those threads and cgroups are gone); IRQ and cpufreq records are kept and restored.
+``compact()`` rewrites the file (temp file, fsync, rename, fsync of the folder) without records
+that are done, all at once or a few milliseconds a
 step (the agent's loop: events are handled in between, and what they append meanwhile is copied
 in at the end); ``restore`` in ``hostd.reconcile``
 replays it in reverse. ``done`` and ``compact`` never raise: a failure is kept in ``problem``
@@ -116,13 +114,9 @@ class Journal:
         # times its open records is compacted at once.
         self.defer_compaction = False
         self._fd: int | None = None
+        self._dir_synced = True  # whether the file's name in its folder is durable
         self._compaction: _Compaction | None = None
-        # ``stage``: originals appended but not yet fsynced (not records until ``settled``),
-        # and the background fsync that makes them durable
-        self.staged: dict[str, Record] = {}
-        self._sync: Future | None = None
-        self._syncer: ThreadPoolExecutor | None = None
-        self.unsynced = ""  # why the last staged originals could not be made durable
+        self._syncer: ThreadPoolExecutor | None = None  # a compaction's background work
         self._load()
 
     # -- reading -----------------------------------------------------------------------------
@@ -211,6 +205,9 @@ class Journal:
                 chunk = list(islice(it, _CHUNK))
             if sync:
                 os.fdatasync(self._fd)
+                if not self._dir_synced:
+                    _fsync_dir(self.dir)
+                    self._dir_synced = True
         except OSError:
             # Nothing of this append may count: cut the file back, so that no half line is
             # left for the next append to run into.
@@ -230,9 +227,8 @@ class Journal:
         self.dir.mkdir(parents=True, exist_ok=True)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
         self._fd = os.open(self.path, flags, 0o600)
-        if created:
-            _fsync_dir(self.dir)
-        else:
+        self._dir_synced = not created  # its name is made durable by the first synced append
+        if not created:
             # A line a crash cut off (write-ahead: its knobs were never written) goes, so that
             # the next line does not glue onto it.
             os.ftruncate(self._fd, _whole_lines(self._fd))
@@ -250,11 +246,11 @@ class Journal:
     def _new(self, originals: list[tuple]) -> tuple[dict[str, Record], Iterator[str]]:
         """The records of these originals not yet recorded, and their journal lines."""
         now, boot, policy = time.time(), self.boot_id, self.policy_sha
-        records, staged = self.records, self.staged
+        records = self.records
         new: dict[str, Record] = {}
         rows: list[list] = []  # what the lines say of each (built here: a storm's 30k a second)
         for key, orig, *inherit in originals:
-            if key not in records and key not in staged and key not in new:
+            if key not in records and key not in new:
                 how = inherit[0] if inherit else None
                 new[key] = Record(key, orig, boot, __version__, policy, now, how)
                 rows.append([key, orig] if how is None else [key, orig, how])
@@ -263,69 +259,27 @@ class Journal:
     def record(self, originals: list[tuple]) -> None:
         """Durably record originals of keys not yet recorded: (key, original) or (key,
         original, inherit). Call before writing the knobs; on ``JournalError`` nothing was
-        recorded, and none of them may be written."""
-        if self.staged and any(o[0] in self.staged for o in originals):
-            self.settled(wait=True)  # a knob of a staged original: wait for its fsync
+        recorded, and none of them may be written. Durably: an append that holds a record
+        kept across a reboot is fsynced; one of boot-bound records only (threads, sessions,
+        cgroups: ``knobs.is_boot_bound``) is not, since what write(2) put in the page cache
+        outlives hostd (a kill -9, an OOM kill) and is lost only with the kernel, which takes
+        those knobs with it (a new boot drops their records)."""
         new, lines = self._new(originals)
         if not new:
             return
         try:
-            self._append(lines)
+            self._append(lines, sync=not all(map(is_boot_bound, new)))
         except OSError as exc:
             raise JournalError(
                 f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
             ) from None
-        self.records.update(new)  # staged ones only by ``settled``, from their own fsync
-
-    def stage(self, originals: list[tuple]) -> None:
-        """Like ``record``, but the fsync runs in a background thread: the agent goes on with
-        events meanwhile, and writes these knobs once ``settled()`` (they are then in the
-        journal). With a sync already running, this one syncs at once. On ``JournalError``
-        nothing was recorded."""
-        if self._sync is not None:
-            self.record(originals)
-            return
-        new, lines = self._new(originals)
-        if not new:
-            return
-        try:
-            self._append(lines, sync=False)
-            # Its own open file description, not a dup: the kernel reports a writeback error
-            # once per description, so an fsync of ours (an event's ``record``) could consume
-            # the error that this one must see, and the reverse.
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise JournalError(
-                f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
-            ) from None
-        self.staged.update(new)
-        self.unsynced = ""
-        self._sync = self._background(_sync_and_close, fd)
+        self.records.update(new)
 
     def _background(self, fn: Callable[[int], None], fd: int) -> Future:
         """``fn(fd)`` in the journal's background thread."""
         if self._syncer is None:
             self._syncer = ThreadPoolExecutor(1, thread_name_prefix="hostd-journal")
         return self._syncer.submit(fn, fd)
-
-    def settled(self, wait: bool = False) -> bool:
-        """Whether no staged original waits for its fsync (``wait``: wait for it). When the
-        background fsync finished they are records; when it failed they are dropped (their
-        knobs are never written) and ``problem`` says why."""
-        sync = self._sync
-        if sync is None:
-            return True
-        if not wait and not sync.done():
-            return False
-        self._sync = None
-        exc = sync.exception()
-        if exc is None:
-            self.records.update(self.staged)
-        elif self.staged:
-            self.unsynced = f"{self.path}: {len(self.staged)} original(s) not made durable ({exc})"
-            self.problem = self.unsynced
-        self.staged = {}
-        return True
 
     def done(self, keys: list[str]) -> None:
         """Close records (restored, or their thread is gone). Not synced: a lost done line
@@ -416,8 +370,8 @@ class Journal:
 
     def _begin_compaction(self) -> bool:
         """Start a compaction (False: none is to be made, or it cannot start now)."""
-        if not self.settled() or self.damaged:
-            return False  # a staged original's line would be lost: later; damaged: set aside
+        if self.damaged:
+            return False  # set aside first
         tmp = self.path.with_suffix(".tmp")
         try:
             if not self.records:

@@ -101,8 +101,11 @@ def is_task_key(key: str) -> bool:
 
 
 def is_boot_bound(key: str) -> bool:
-    """Keys of threads and sessions: meaningless after a reboot."""
-    return key.startswith(("task/", "session/"))
+    """Keys whose knob a reboot takes away: threads, sessions and cgroups (cgroupfs lives in
+    memory; a cgroup of the same path after a reboot belongs to that boot). Their records are
+    meaningless after a reboot, so the journal drops them then, and needs no fsync for them:
+    what it wrote is in the page cache, which every reader sees until the kernel goes."""
+    return key.startswith(("task/", "session/", "cgroup/"))
 
 
 def session_key(sid: int, since: int) -> str:

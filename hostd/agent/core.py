@@ -42,10 +42,7 @@ from hostd.reconcile import (
     TASK_KINDS,
     Observed,
     PassReport,
-    Prepared,
     desired_state,
-    finish,
-    prepare,
     reconcile,
     restore,
     restore_keys,
@@ -102,7 +99,6 @@ class Agent:
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
-        self.staged: Prepared | None = None  # a redo chunk whose originals wait for an fsync
         self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
@@ -145,7 +141,6 @@ class Agent:
         # each layer's CPUs now: a self-sizing layer keeps what it can of them (sticky)
         current = {lp.name: lp.cpus for lp in self.plan.layers} if self.plan else None
         self.inc.clear()
-        self.staged = None  # decided by the plan a full pass replaces: decided again now
         if self.disabled:
             self.watcher.reset()  # events change nothing while switched off (no planner)
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
@@ -240,22 +235,10 @@ class Agent:
         self.status.due_now()  # the layers' new CPUs, said at the loop's next quiet moment
         return report
 
-    def redo(self, count: int) -> bool:
+    def redo(self, count: int) -> None:
         """After a re-layer: the IRQ and cpufreq knobs, then up to ``count`` of the threads that
-        use the pool, decided again with the new planner. Their first originals are made
-        durable by a background fsync (``Journal.stage``), so that events need not wait for it:
-        the writes follow at the next call. False: nothing done (that fsync is still running)."""
+        use the pool, decided again with the new planner."""
         inc = self.inc
-        if self.staged is not None:
-            if not self.journal.settled():
-                return False
-            prep, self.staged = self.staged, None
-            prep.report = PassReport()  # what it read was counted when it was staged
-            report = finish(self.host, self.journal, prep, self.unchangeable, self.journal.unsynced)
-            self.inc.note_applied(report)
-            self.counters.update(r.outcome for r in report.results)
-            loop.log_problems(report)
-            return True
         host, inc.redo_host = inc.redo_host, None
         if host is not None:
             report = self.reconcile(host, {}, only=())
@@ -265,7 +248,7 @@ class Agent:
             inc.redo_stale = set()
             self.counters.update(r.outcome for r in report.results)
             loop.log_problems(report)
-            return True
+            return
         items = inc.take_redo(count)
         want = inc.decide(items, self.base_affinity)
         # A thread the new plan leaves as it was before hostd gets its original back with its
@@ -275,12 +258,11 @@ class Agent:
             key = knobs.task_key(item.task.tid, item.task.start_time, "affinity")
             if key not in want and key in self.journal:
                 want[key] = self.journal.original(key)
-        report = self.apply_threads(want, items, fresh=False, stage=True)
+        report = self.apply_threads(want, items, fresh=False)
         self.counters["redone"] += len(items)
         self.refreeze = True
         self.counters.update(r.outcome for r in report.results)
         loop.log_problems(report)
-        return True
 
     def relook(self) -> None:
         """Classify and apply again the unnamed job threads whose activity now says more (an
@@ -317,9 +299,7 @@ class Agent:
         for tid in placed & born.keys():
             self.event_lag.observe(max(0, now - born[tid]) / 1e9)
 
-    def apply_threads(
-        self, want: dict, items: list[Classified], fresh: bool, stage: bool = False
-    ) -> PassReport:
+    def apply_threads(self, want: dict, items: list[Classified], fresh: bool) -> PassReport:
         """Write ``want`` for these threads, giving back their journaled knobs it no longer
         holds; other threads are left alone. ``fresh``: the threads were just read from /proc,
         so their start times are trusted (else each is checked first: a re-layer's threads may
@@ -329,7 +309,7 @@ class Agent:
         observed = Observed(item.task for item in items)
         only = [i.task.key for i in items]
         with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
-            return self.reconcile(want, observed, stage=stage, only=only)
+            return self.reconcile(want, observed, only=only)
 
     def join_cpusets(self, budget: int) -> None:
         """Move up to ``budget`` threads that events placed into their layer's cpuset, then set
@@ -339,11 +319,8 @@ class Agent:
             self.counters.update(r.outcome for r in report.results)
             loop.log_problems(report)
 
-    def reconcile(
-        self, want: dict, observed: Observed | dict, stage: bool = False, **kwargs: object
-    ) -> PassReport:
-        """``hostd.reconcile.reconcile`` less the kinds switched off. ``stage``: new originals
-        are made durable in the background; their writes wait in ``staged`` for ``redo``."""
+    def reconcile(self, want: dict, observed: Observed | dict, **kwargs: object) -> PassReport:
+        """``hostd.reconcile.reconcile`` less the kinds switched off."""
         off = self.caps.disabled_kinds() | (
             hostd.sidecar.HOST_WIDE_KINDS if self.sidecar else set()
         )
@@ -356,19 +333,7 @@ class Agent:
             }
         journal = self.journal if self.mode == "enforce" else None
         args = dict(unchangeable=self.unchangeable, inherited=self.watcher.inherited, **kwargs)
-        if not stage or journal is None:
-            report = reconcile(self.host, journal, want, observed, **args)  # type: ignore[arg-type]
-        else:
-            prep = prepare(self.host, journal, want, observed, **args)  # type: ignore[arg-type]
-            unjournaled = ""
-            try:
-                journal.stage(prep.originals)
-            except JournalError as exc:
-                unjournaled = str(exc)
-            if not unjournaled and not journal.settled():
-                self.staged = prep
-                return PassReport(list(prep.report.results))  # what it read; writes later
-            report = finish(self.host, journal, prep, self.unchangeable, unjournaled)
+        report = reconcile(self.host, journal, want, observed, **args)  # type: ignore[arg-type]
         self.inc.note_applied(report)
         return report
 

@@ -37,7 +37,7 @@ DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
-STAGED_POLL_S = 0.001  # how often a background fsync (a redo chunk's, a compaction's) is seen to
+COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
 GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
 COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
 
@@ -162,7 +162,7 @@ def step(agent: Agent) -> None:
     if inc.backlog:
         timeout = 0.0  # threads named by events wait to be read
     elif agent.journal.compacting:
-        timeout = min(timeout, STAGED_POLL_S)  # its next step (or its fsync, looked at)
+        timeout = min(timeout, COMPACT_POLL_S)  # its next step (or its fsync, looked at)
     events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
     if sources.stop:
         return
@@ -200,12 +200,11 @@ def step(agent: Agent) -> None:
         agent.join_cpusets(4)
     deadline = time.monotonic() + REDO_BUDGET_S
     while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        if not agent.redo(8):  # about a millisecond each: an event waits at most that long
-            break  # its originals' fsync still runs: look again in a millisecond
+        agent.redo(8)  # about a millisecond each: an event waits at most that long
         agent.last_redo = time.monotonic()
     if agent.refreeze:
         freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
-    idle = not (inc.pending or inc.redo_left or agent.staged)
+    idle = not (inc.pending or inc.redo_left)
     journal = agent.journal
     if (journal.compacting or (idle and journal.compact_due)) and not waiting(agent):
         began, problem = journal.compacting, journal.problem
@@ -246,8 +245,6 @@ def redo_at(agent: Agent) -> float | None:
     ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
     threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
     inc = agent.inc
-    if agent.staged is not None:  # its writes, as soon as its originals are durable
-        return time.monotonic() + (0.0 if agent.journal.settled() else STAGED_POLL_S)
     if not inc.redo_left:
         return None
     return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
@@ -258,8 +255,6 @@ def ready(due: float | None) -> bool:
 
 
 def finish(agent: Agent) -> None:
-    agent.staged = None  # never written: its originals describe nothing hostd changed
-    agent.journal.settled(wait=True)
     if agent.sources.stop and agent.policy.restore_on_exit and agent.mode == "enforce":
         restored = restore(agent.host, agent.journal)
         log.info(

@@ -151,7 +151,7 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     assert agent.counters["relayers"] == 1 and agent.counters["full_passes"] == 1
     assert agent.plan.layer("trainer").wanted > trainer.wanted
     assert agent.plan.layer("trainer").cpus > trainer.cpus  # it keeps the CPUs it had
-    while agent.inc.redo_left or agent.staged:
+    while agent.inc.redo_left:
         agent.redo(64)
     again = agent.pass_once()  # a full pass agrees: nothing left to write
     assert agent.plan.layer("trainer").cpus > trainer.cpus
@@ -170,7 +170,7 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     agent.relayer("shrink")
     assert agent.plan.layer("trainer").cpus < grown and agent.counters["full_passes"] == 2
     freq = {k for k in agent.journal.recorded() if k.startswith("cpu/")}
-    while agent.inc.redo_left or agent.staged:
+    while agent.inc.redo_left:
         agent.redo(64)
     assert {k for k in agent.journal.recorded() if k.startswith("cpu/")} < freq
     again = agent.pass_once()
@@ -241,10 +241,14 @@ def test_an_overflow_means_a_full_pass(agent):
     agent.sources.close()
 
 
-def test_a_redo_chunk_writes_only_once_its_originals_are_durable(agent, monkeypatch):
-    """The redo's first originals are fsynced in the background (events go on meanwhile); its
-    writes wait for that fsync, and a restore gives them back."""
-    from tests.unit.test_journal import HeldSync
+def test_a_redo_chunks_originals_are_recorded_before_its_writes_and_never_synced(
+    agent, monkeypatch
+):
+    """A re-layer's redo writes the pool's threads a few at a time: their originals are in the
+    journal's file before the writes, and no fsync holds events up (a thread's record needs
+    only the page cache); a restore gives them back."""
+    from hostd.journal import Journal
+    from tests.unit.test_journal import Syncs
 
     agent.pass_once()
     touched = {k.split("@")[0] for k in agent.journal.recorded()}
@@ -253,17 +257,11 @@ def test_a_redo_chunk_writes_only_once_its_originals_are_durable(agent, monkeypa
         if c.layer == "rest" and f"task/{c.task.tid}" not in touched
     )  # fmt: skip
     tid, key = item.task.tid, f"task/{item.task.tid}@{item.task.start_time}/nice"
-    sync = HeldSync(monkeypatch)
+    syncs = Syncs(monkeypatch)
     writes = len(agent.calls.writes)
-    agent.apply_threads({key: 7}, [item], fresh=False, stage=True)
-    assert agent.staged is not None and key not in agent.journal
-    assert not agent.redo(8)  # its fsync still runs: nothing written
-    assert agent.calls.writes[writes:] == []
-    sync.release()
-    agent.journal.settled(wait=True)
-    assert agent.redo(8) and agent.staged is None
-    assert agent.calls.writes[writes:] == [("nice", tid, 7)]
+    agent.apply_threads({key: 7}, [item], fresh=False)
+    assert agent.calls.writes[writes:] == [("nice", tid, 7)] and syncs.file == 0
     orig = agent.journal.original(key)
-    assert orig != 7
+    assert orig != 7 and Journal(agent.journal.dir, agent.journal.boot_id).original(key) == orig
     restore(agent.host, agent.journal)
     assert ("nice", tid, orig) in agent.calls.writes[writes + 1 :]

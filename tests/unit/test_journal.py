@@ -30,13 +30,17 @@ def test_each_record_carries_boot_version_and_policy(tmp_path):
     assert line["version"] and line["records"] == [["cpu/0/scaling_governor", "powersave"]]
 
 
-def test_task_records_of_an_earlier_boot_are_dropped_host_knobs_kept(tmp_path):
+def test_task_and_cgroup_records_of_an_earlier_boot_are_dropped_irqs_kept(tmp_path):
     Journal(tmp_path, "boot-a").record(
-        [("task/10@99/affinity", "0-1"), ("irq/7/smp_affinity_list", "0-1")]
+        [
+            ("task/10@99/affinity", "0-1"),
+            ("irq/7/smp_affinity_list", "0-1"),
+            ("cgroup/cpuset/hostd", None),
+        ]
     )
     after_reboot = Journal(tmp_path, "boot-b")
     assert after_reboot.recorded() == ["irq/7/smp_affinity_list"]
-    assert after_reboot.dropped_old_boot == 1
+    assert after_reboot.dropped_old_boot == 2
 
 
 def test_a_torn_last_line_is_ignored(tmp_path):
@@ -102,55 +106,67 @@ class HeldSync:
         self.go.set()
 
 
-def test_staged_originals_are_records_only_once_their_fsync_ended(tmp_path, monkeypatch):
-    sync = HeldSync(monkeypatch)
+class Syncs:
+    """Counts the journal's fdatasync (of its file) and fsync (of its folder) calls."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.file = self.dir = 0
+        real_data, real_sync = os.fdatasync, os.fsync
+
+        def fdatasync(fd: int) -> None:
+            self.file += 1
+            real_data(fd)
+
+        def fsync(fd: int) -> None:
+            self.dir += 1
+            real_sync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        monkeypatch.setattr(os, "fsync", fsync)
+
+
+SESSION = {"sched": ["other", 0, False], "leader_start": 5}
+
+
+def test_records_a_reboot_takes_away_are_not_synced_and_the_others_are(tmp_path, monkeypatch):
+    """Thread, session and cgroup records need only the page cache (a reboot takes their knobs
+    and the journal drops them after one); an append with an IRQ or cpufreq record is synced,
+    and the first such append of a new file syncs its folder too."""
+    syncs = Syncs(monkeypatch)
+    j = Journal(tmp_path, "b")
+    j.record([("task/10@99/nice", 0), ("task/10@99/affinity", "0-3")])
+    j.record([("session/7@5/preempted", SESSION), ("cgroup/cpuset/hostd", None)])
+    assert (syncs.file, syncs.dir) == (0, 0)
+    # what another hostd reads after this one died (the same boot): all of it
+    again = Journal(tmp_path, "b")
+    assert again.recorded() == j.recorded() and len(again) == 4 and not again.damaged
+    j.record([("task/11@99/nice", 0), ("irq/5/smp_affinity_list", "0-3")])
+    assert (syncs.file, syncs.dir) == (1, 1)
+    j.record([("cpu/0/scaling_governor", "powersave")])
+    assert (syncs.file, syncs.dir) == (2, 1)  # the folder once per file
+    j.done(j.recorded())
+    j.compact()  # removes the file: the next one is new
+    j.record([("irq/6/smp_affinity_list", "1")])
+    assert syncs.file == 3 and syncs.dir == 3  # (the removal's, then the new file's)
+
+
+def test_a_failed_sync_records_nothing_and_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     j = Journal(tmp_path, "b")
     j.record([("irq/1/smp_affinity_list", "0")])
-    j.stage([("task/10@99/affinity", "0-3"), ("task/11@99/affinity", "0-3")])
-    assert "task/10@99/affinity" not in j and not j.settled()  # its knob may not be written
-    j.done(["irq/1/smp_affinity_list"])
-    j.compact()  # would drop the staged lines: it waits
-    assert "task/10@99/affinity" in (tmp_path / "journal.jsonl").read_text()
-    sync.release()
-    assert j.settled(wait=True)
-    assert j.original("task/10@99/affinity") == "0-3" and "task/11@99/affinity" in j
-    assert Journal(tmp_path, "b").recorded() == ["task/10@99/affinity", "task/11@99/affinity"]
+    size = (tmp_path / "journal.jsonl").stat().st_size
 
+    def failing(_fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
 
-def test_recording_a_staged_key_waits_for_its_fsync_and_keeps_the_first_original(
-    tmp_path, monkeypatch
-):
-    sync = HeldSync(monkeypatch)
-    j = Journal(tmp_path, "b")
-    j.stage([("task/10@99/nice", 0)])
-    threading.Timer(0.05, sync.release).start()
-    j.record([("task/10@99/nice", 5), ("task/12@99/nice", 1)])  # an event pass's write
-    assert j.original("task/10@99/nice") == 0 and j.original("task/12@99/nice") == 1
-    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
-    assert len(lines) == 2 and not j.staged
-
-
-def test_a_failed_background_fsync_records_nothing_and_says_why(tmp_path, monkeypatch):
-    sync = HeldSync(monkeypatch, OSError(errno.EIO, "Input/output error"))
-    j = Journal(tmp_path, "b")
-    j.stage([("task/10@99/nice", 0)])
-    sync.release()
-    assert j.settled(wait=True)
-    assert "task/10@99/nice" not in j and not j.staged
-    assert "1 original(s) not made durable" in j.unsynced and j.problem == j.unsynced
-
-
-def test_an_event_record_meanwhile_never_makes_staged_originals_records(tmp_path, monkeypatch):
-    """A record of other keys while the staged fsync runs: its own fsync says nothing of the
-    staged lines (the kernel reports a writeback error once per open file), so they stay out
-    of the journal until their own fsync ends, and are dropped when it fails."""
-    sync = HeldSync(monkeypatch, OSError(errno.EIO, "Input/output error"))
-    j = Journal(tmp_path, "b")
-    j.stage([("task/10@99/nice", 0)])
-    j.record([("task/12@99/nice", 1)])  # an event pass's write, meanwhile
-    assert "task/12@99/nice" in j and "task/10@99/nice" not in j
-    sync.release()
-    assert j.settled(wait=True) and "task/10@99/nice" not in j
+    monkeypatch.setattr(os, "fdatasync", failing)
+    try:
+        j.record([("task/10@99/nice", 0), ("irq/2/smp_affinity_list", "0")])
+    except journal_module.JournalError as exc:
+        assert "2 original(s) could not be recorded" in str(exc)
+    else:
+        raise AssertionError("a failed fsync recorded its originals")
+    assert j.recorded() == ["irq/1/smp_affinity_list"]
+    assert (tmp_path / "journal.jsonl").stat().st_size == size
 
 
 def test_task_records_are_a_threads_open_keys_and_no_other_threads(tmp_path):
@@ -332,19 +348,20 @@ def test_a_compaction_that_fails_at_its_end_keeps_the_old_file(tmp_path, monkeyp
     assert Journal(tmp_path, "b").recorded() == [*want, "irq/9000/smp_affinity_list"]
 
 
-def test_originals_staged_during_a_compaction_are_in_the_compacted_file(tmp_path, monkeypatch):
+def test_records_made_while_a_compactions_fsync_runs_are_in_the_compacted_file(
+    tmp_path, monkeypatch
+):
     j = _deferred(tmp_path)
     j.record(_irqs(0, 2000))
     j.done([k for k, _ in _irqs(0, 1500)])
     assert j.compact(budget_s=0) is False  # begun
     sync = HeldSync(monkeypatch)
-    j.stage([("task/10@99/affinity", "0-3")])  # a redo chunk's originals, fsync held
     for _ in range(100):
         j.compact(budget_s=0)
-    assert j.compacting  # its own fsync waits behind the staged one
+    assert j.compacting  # its background fsync is held
+    j.record([("task/10@99/affinity", "0-3")])  # an event pass's original, meanwhile
     sync.release()
     while not j.compact(budget_s=0):
         time.sleep(0.001)
-    assert j.settled(wait=True) and "task/10@99/affinity" in j
     want = [k for k, _ in _irqs(1500, 500)] + ["task/10@99/affinity"]
     assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want

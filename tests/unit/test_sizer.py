@@ -67,7 +67,7 @@ def relayer(agent: Agent) -> PassReport:
     writes nothing more: the re-layer left every thread as the full pass wants it."""
     now = agent.relayer("resize")
     inc = agent.inc
-    while inc.redo_left or agent.staged:
+    while inc.redo_left:
         agent.redo(64)
     layers = {lp.name: lp.cpus for lp in agent.plan.layers}
     report = agent.pass_once("check")
