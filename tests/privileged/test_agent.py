@@ -151,6 +151,10 @@ def test_agent_applies_every_knob_and_sigterm_restores(tmp_path):
             agent.wait_passes(1)
             st = agent.full_pass()
             _effects(job)
+            # hostd's own threads run on the pool, off the trainer's CPU
+            trainer = _thread_state(job.ranks[0])[0][0]
+            mine = os.listdir(f"/proc/{agent.proc.pid}/task")
+            assert mine and all(trainer not in os.sched_getaffinity(int(t)) for t in mine)
             if before["latency"] is not None:
                 assert _dma_latency() == 20  # the policy's C-state limit, held while it runs
             assert st["mode"] == "enforce" and st["state"] == "running"

@@ -265,3 +265,40 @@ def test_a_redo_chunks_originals_are_recorded_before_its_writes_and_never_synced
     assert orig != 7 and Journal(agent.journal.dir, agent.journal.boot_id).original(key) == orig
     restore(agent.host, agent.journal)
     assert ("nice", tid, orig) in agent.calls.writes[writes + 1 :]
+
+
+def test_the_agents_own_threads_keep_to_the_pool_and_get_their_cpus_back(agent, monkeypatch):
+    """hostd's threads run on the pool's CPUs (of those they started with), never on a layer's
+    own; each change of the pool moves them, and switching off, observe mode and leaving give
+    them back what they had."""
+    me, own = os.getpid(), frozenset({0, 1, 12, 13})  # 12, 13: the trainer's own CPUs
+    calls: list[tuple[int, frozenset[int]]] = []
+
+    class Mine:
+        def get_affinity(self, tid: int) -> frozenset[int]:
+            assert tid == me
+            return own
+
+        def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
+            calls.append((tid, cpus))
+
+    real_listdir = agent.host.listdir
+    monkeypatch.setattr(
+        agent.host, "listdir",
+        lambda rel: ["7001", str(me)] if rel == f"proc/{me}/task" else real_listdir(rel),
+    )  # fmt: skip
+    agent.pass_once()
+    monkeypatch.setattr(agent.host, "threads", lambda: Mine())
+    pool = agent.plan.pool
+    assert agent.plan.layer("trainer").cpus - pool >= {12, 13} and pool & own == {0, 1}
+    loop.keep_to_pool(agent)
+    assert calls == [(7001, {0, 1}), (me, {0, 1})]
+    loop.keep_to_pool(agent)  # the same pool: nothing to do
+    assert len(calls) == 2
+    agent.mode_override = "observe"  # the layers hold no CPUs of their own: back
+    loop.keep_to_pool(agent)
+    assert calls[2:] == [(7001, own), (me, own)]
+    agent.mode_override = None
+    loop.keep_to_pool(agent)
+    loop.keep_to_pool(agent, leaving=True)
+    assert calls[4:] == [(7001, pool & own), (me, pool & own), (7001, own), (me, own)]
