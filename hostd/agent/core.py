@@ -89,9 +89,10 @@ class Agent:
         self.unchangeable: set[str] = set()
         self.passes = 0
         self.latency_fd: int | None = None  # the C-state limit held (hostd.agent.loop)
-        # hostd's own CPUs (``loop.keep_to_pool``): those it started with, and the pool its
-        # threads were last kept to (None: not kept to one)
+        # hostd's own CPUs (``loop.keep_to_pool``): those it started with, those its threads
+        # have now, and the pool they were last kept to (None: not kept to one)
         self.own_cpus: frozenset[int] | None = None
+        self.own_now: frozenset[int] | None = None
         self.own_pool: frozenset[int] | None = None
         pod = functools.partial(hostd.sidecar.scope, host) if sidecar and scope is None else None
         self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=pod or scope)

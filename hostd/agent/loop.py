@@ -130,11 +130,13 @@ def keep_to_pool(agent: Agent, leaving: bool = False) -> None:
     calls = agent.host.threads()
     if agent.own_cpus is None:
         try:
-            agent.own_cpus = calls.get_affinity(me)
+            agent.own_cpus = agent.own_now = calls.get_affinity(me)
         except HostError as exc:
             log.info("agent cpus left as they are (%s)", exc)
             return
     cpus = (pool & agent.own_cpus if pool else None) or agent.own_cpus
+    if cpus == agent.own_now:
+        return  # (the pool is every CPU hostd may use: nothing to move)
     for tid in tids:
         try:
             calls.set_affinity(tid, cpus)
@@ -144,6 +146,7 @@ def keep_to_pool(agent: Agent, leaving: bool = False) -> None:
                 break
     else:
         log.info("agent cpus=%s%s", format_cpulist(cpus), " (the pool)" if pool else "")
+    agent.own_now = cpus
 
 
 def next_full(agent: Agent) -> tuple[float, str]:

@@ -302,3 +302,7 @@ def test_the_agents_own_threads_keep_to_the_pool_and_get_their_cpus_back(agent, 
     loop.keep_to_pool(agent)
     loop.keep_to_pool(agent, leaving=True)
     assert calls[4:] == [(7001, pool & own), (me, pool & own), (7001, own), (me, own)]
+    agent.own_cpus = agent.own_now = pool  # started on the pool's CPUs: nothing ever to move
+    agent.own_pool = None
+    loop.keep_to_pool(agent)
+    assert len(calls) == 8
