@@ -2,29 +2,29 @@
 
 Before the first write to a knob, its original value is appended to ``journal.jsonl`` (and the
 file fsynced when the record is one kept across a reboot; see ``record``); only then is the knob
-written. An append that fails (a full disk) leaves the
-file as it was (cut back to its length before) and the journal's memory unchanged, and raises
-``JournalError``: the caller writes none of those knobs. A knob's original is recorded once and
-never overwritten, so however many times hostd changes it, restore puts back what was there
-before hostd. Each record carries the boot id, hostd's version, the policy hash and a CRC-32 of
-the line (``sum``), which tells a line damaged or edited since from one cut off by a crash.
-Task keys include the thread's start time, so a reused tid is never "restored".
+written. An append that fails (a full disk) leaves the file as it was (cut back to its length
+before) and the journal's memory unchanged, and raises ``JournalError``: the caller writes none
+of those knobs. A knob's original is recorded once and never overwritten, so however many times
+hostd changes it, restore puts back what was there before hostd. Each record carries the boot
+id, hostd's version, the policy hash and a CRC-32 of the line (``sum``), which tells a line
+damaged or edited since from one cut off by a crash. Task keys include the thread's start time,
+so a reused tid is never "restored".
 
 On load, every line is checked before anything is written with it: it must be UTF-8 JSON, its
 sum must match, its key must name a knob hostd may have changed and its value must be one that
-knob kind can hold (``hostd.knobkinds.check_key``/``check_value``: journal content never
-chooses which file hostd writes). A line that fails is listed in ``damaged`` (line number, why), the
+knob kind can hold (``hostd.knobkinds.check_key``/``check_value``: journal content never chooses
+which file hostd writes). A line that fails is listed in ``damaged`` (line number, why), the
 readable ones are all kept: ``hostd restore`` restores them and reports the rest, and the agent
 refuses to start on a damaged journal. A last line without its newline is a crash mid-append,
-whose knobs were never written (write-ahead): it is left out, noted in ``torn`` and cut from
-the file before the next append. Task, session and cgroup records from an earlier boot are
-dropped (those threads and cgroups are gone); IRQ and cpufreq records are kept and restored.
+whose knobs were never written (write-ahead): it is left out, noted in ``torn`` and cut from the
+file before the next append. Task, session and cgroup records from an earlier boot are dropped
+(those threads and cgroups are gone); IRQ and cpufreq records are kept and restored.
 ``compact()`` rewrites the file (temp file, fsync, rename, fsync of the folder) without records
-that are done, all at once or a few milliseconds a
-step (the agent's loop: events are handled in between, and what they append meanwhile is copied
-in at the end); ``restore`` in ``hostd.reconcile``
-replays it in reverse. ``done`` and ``compact`` never raise: a failure is kept in ``problem``
-(the record stays open on disk, and a later restore finds its knob already back).
+that are done, all at once or a few milliseconds a step (the agent's loop: events are handled in
+between, and what they append meanwhile is copied in at the end); ``restore`` in
+``hostd.reconcile`` replays it in reverse. ``done`` and ``compact`` never raise: a failure is
+kept in ``problem`` (the record stays open on disk, and a later restore finds its knob already
+back).
 
 Lines: ``{"records": [[K, V], [K, V, I], ...], "boot": B, "version": X, "policy": H, "time": T,
 "sum": S}`` holds the records of one append (up to ``PER_LINE``; I: ``inherit``), and
@@ -608,7 +608,7 @@ def open_checked(state_dir: Path, boot_id: str, policy_sha: str) -> Journal:
         log.info("journal line=%d reason=cut-off-by-a-crash (never applied)", journal.torn)
     if journal.dropped_old_boot:
         n = journal.dropped_old_boot
-        log.info("journal dropped=%d reason=task-records-from-an-earlier-boot", n)
+        log.info("journal dropped=%d reason=records-from-an-earlier-boot (threads, cgroups)", n)
     return journal
 
 

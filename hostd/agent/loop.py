@@ -114,14 +114,14 @@ def own_priority(agent: Agent, nice: int) -> None:
 def keep_to_pool(agent: Agent, leaving: bool = False) -> None:
     """hostd's own threads on the pool's CPUs (within those it started with), off every CPU a
     layer has to itself: in a storm of new threads the agent is busy, and on a layer's CPUs it
-    would preempt the very threads it reserved them for (at 100,000 background threads, a
-    storm's threads, confined to their layer's CPU, were missed 0.6-7.4 % with the agent free
-    to run there and 0.06-0.27 % with it kept off). Back to what they had when the layers give
-    their CPUs up (switched off, observe mode, ``leaving``). Looked at before each step: a
-    re-layer may have changed the pool."""
+    would preempt the very threads it reserved them for (BENCHMARKS.md: at 100,000 background
+    threads, 6 of 7 storms kept under 0.3 % missed with the agent kept off, 2 of 7 under 1 %
+    with it free). Back to what they had when the layers give their CPUs up (switched off,
+    observe mode, ``leaving``). Looked at before each step: a re-layer may have changed the
+    pool (the same pool is the same object: no comparison of CPU sets on the event path)."""
     plan = agent.plan
     pool = plan.pool if plan is not None and agent.mode == "enforce" and not leaving else None
-    if pool == agent.own_pool:
+    if pool is agent.own_pool or pool == agent.own_pool:
         return
     agent.own_pool, me = pool, os.getpid()
     tids = [int(name) for name in agent.host.listdir(paths.proc(me, "task")) if name.isdigit()]
@@ -143,7 +143,8 @@ def keep_to_pool(agent: Agent, leaving: bool = False) -> None:
         except HostError as exc:  # a thread that ended meanwhile, a container's limits
             if exc.outcome != "gone":
                 log.info("agent cpus=%s refused (%s)", format_cpulist(cpus), exc)
-                break
+                agent.own_now = None  # some moved, some not: the next change writes them all
+                return
     else:
         log.info("agent cpus=%s%s", format_cpulist(cpus), " (the pool)" if pool else "")
     agent.own_now = cpus

@@ -306,3 +306,36 @@ def test_the_agents_own_threads_keep_to_the_pool_and_get_their_cpus_back(agent, 
     agent.own_pool = None
     loop.keep_to_pool(agent)
     assert len(calls) == 8
+
+
+def test_a_refused_move_of_the_agents_threads_is_reported_and_all_are_given_back(
+    agent, monkeypatch, caplog
+):
+    """A container's limits refuse one thread's move after another moved: logged, never
+    raised, and leaving gives every thread its CPUs back, the one that moved too."""
+    from hostd.host.errors import HostError
+
+    me, own = os.getpid(), frozenset({0, 1, 12, 13})
+    calls: list[tuple[int, frozenset[int]]] = []
+
+    class Refusing:
+        def get_affinity(self, tid: int) -> frozenset[int]:
+            return own
+
+        def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
+            if tid == me and cpus != own:
+                raise HostError(22, f"task/{tid}/affinity", "Invalid argument")
+            calls.append((tid, cpus))
+
+    real_listdir = agent.host.listdir
+    monkeypatch.setattr(
+        agent.host, "listdir",
+        lambda rel: ["7001", str(me)] if rel == f"proc/{me}/task" else real_listdir(rel),
+    )  # fmt: skip
+    agent.pass_once()
+    monkeypatch.setattr(agent.host, "threads", lambda: Refusing())
+    with caplog.at_level("INFO", logger="hostd"):
+        loop.keep_to_pool(agent)
+    assert calls == [(7001, {0, 1})] and "agent cpus=0-1 refused" in caplog.text
+    loop.keep_to_pool(agent, leaving=True)
+    assert calls[1:] == [(7001, own), (me, own)]
