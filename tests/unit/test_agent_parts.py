@@ -282,13 +282,7 @@ def test_the_agents_own_threads_keep_to_the_pool_and_get_their_cpus_back(agent, 
         def set_affinity(self, tid: int, cpus: frozenset[int]) -> None:
             calls.append((tid, cpus))
 
-    real_listdir = agent.host.listdir
-    monkeypatch.setattr(
-        agent.host, "listdir",
-        lambda rel: ["7001", str(me)] if rel == f"proc/{me}/task" else real_listdir(rel),
-    )  # fmt: skip
-    agent.pass_once()
-    monkeypatch.setattr(agent.host, "threads", lambda: Mine())
+    _with_own_threads(agent, monkeypatch, Mine())
     pool = agent.plan.pool
     assert agent.plan.layer("trainer").cpus - pool >= {12, 13} and pool & own == {0, 1}
     loop.keep_to_pool(agent)
@@ -327,15 +321,21 @@ def test_a_refused_move_of_the_agents_threads_is_reported_and_all_are_given_back
                 raise HostError(22, f"task/{tid}/affinity", "Invalid argument")
             calls.append((tid, cpus))
 
-    real_listdir = agent.host.listdir
-    monkeypatch.setattr(
-        agent.host, "listdir",
-        lambda rel: ["7001", str(me)] if rel == f"proc/{me}/task" else real_listdir(rel),
-    )  # fmt: skip
-    agent.pass_once()
-    monkeypatch.setattr(agent.host, "threads", lambda: Refusing())
+    _with_own_threads(agent, monkeypatch, Refusing())
     with caplog.at_level("INFO", logger="hostd"):
         loop.keep_to_pool(agent)
     assert calls == [(7001, {0, 1})] and "agent cpus=0-1 refused" in caplog.text
     loop.keep_to_pool(agent, leaving=True)
     assert calls[1:] == [(7001, own), (me, own)]
+
+
+def _with_own_threads(agent, monkeypatch, calls) -> None:
+    """A full pass, then this process seen with two threads (7001 and itself) whose affinity
+    ``calls`` gets and sets."""
+    me, real_listdir = os.getpid(), agent.host.listdir
+    monkeypatch.setattr(
+        agent.host, "listdir",
+        lambda rel: ["7001", str(me)] if rel == f"proc/{me}/task" else real_listdir(rel),
+    )  # fmt: skip
+    agent.pass_once()
+    monkeypatch.setattr(agent.host, "threads", lambda: calls)
