@@ -33,6 +33,7 @@ from hostd.reconcile import PassReport, restore
 
 if TYPE_CHECKING:
     from hostd.agent.core import Agent
+    from hostd.agent.layerstats import LayerStats
 
 log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
@@ -42,6 +43,8 @@ REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unle
 COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
 GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
 COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
+STATS_STEP_S = 0.002  # the layers' statistics (a sample's reads), per step, while no event waits
+STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
 
 
 def run(agent: Agent, once: bool = False) -> PassReport:
@@ -267,8 +270,9 @@ def step(agent: Agent) -> None:
     sizer = agent.sizer
     if sizer.wanted and now >= sizer.due and not agent.disabled and sizer.tick():
         agent.relayer("resize")  # a layer's count changed
-    if agent.layer_stats.wanted and now >= agent.layer_stats.due and not agent.disabled:
-        agent.layer_stats.sample()  # no reads when nobody scrapes or records
+    stats = agent.layer_stats  # no reads when nobody scrapes or records
+    sample_now = stats.wanted and now >= stats.due and not agent.disabled
+    if sample_now and (quiet or stats_overdue(stats)) and stats.sample(STATS_STEP_S):
         agent.write_status(PassReport(), None, state="running")  # what it found, said now
     if now >= due:
         full(agent, why)
@@ -281,6 +285,12 @@ def step(agent: Agent) -> None:
 def waiting(agent: Agent) -> bool:
     """Whether events, or threads they named, wait: other work leaves them the CPU."""
     return bool(agent.inc.backlog) or agent.sources.events_waiting()
+
+
+def stats_overdue(stats: LayerStats) -> bool:
+    """Whether a sample under way has waited ``STATS_FLOOR_S`` for its next slice: in a storm
+    that lasts, events always wait, and the sample still ends (2 % of a CPU)."""
+    return stats.sampling and time.monotonic() - stats.last_slice >= STATS_FLOOR_S
 
 
 def redo_at(agent: Agent) -> float | None:

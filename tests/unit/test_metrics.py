@@ -91,9 +91,12 @@ def test_a_histogram_counts_each_observation_once_cumulatively():
     assert h.doc() == {"le": [0.001, 0.01, 0.1], "buckets": [2, 3, 3], "count": 4, "sum": 0.5065}
 
 
-def test_layer_cpu_and_wait_from_schedstat(tmp_path):
+@pytest.mark.parametrize("budget_s", [None, 0.0], ids=["whole", "sliced"])
+def test_layer_cpu_and_wait_from_schedstat(tmp_path, budget_s):
     """Two samples of every classified thread's schedstat: each layer gets its threads' CPU and
-    run-queue wait, and the wait per wakeup (mean per timeslice) counted once per timeslice."""
+    run-queue wait, and the wait per wakeup (mean per timeslice) counted once per timeslice.
+    Sliced (as the agent's loop samples, between event passes): the same sums, a slice at a
+    time, the next sample not due before this one ends."""
     tree = host_copy(tmp_path)
     agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
                   run_dir=tmp_path / "r", mode="observe")  # fmt: skip
@@ -112,7 +115,14 @@ def test_layer_cpu_and_wait_from_schedstat(tmp_path):
         agent.layer_stats.sample()  # the baseline: nothing counted yet
         assert not agent.layer_stats.cpu
         write(3_000_000, 400_000, 14)  # +2 ms on a CPU, +0.4 ms waiting, 4 wakeups each
-        agent.layer_stats.sample()
+        stats, slices = agent.layer_stats, 1
+        due = stats.due
+        while not stats.sample(budget_s):
+            assert stats.sampling and stats.due == due  # not due again before it ends
+            slices += 1
+        assert not stats.sampling
+        # 69 threads: a budget already spent reads 31 a slice
+        assert slices == (1 if budget_s is None else 3)
         doc = agent.layer_stats.doc()
         n = len(rank_threads)
         assert doc["cpu_seconds"]["trainer"] == pytest.approx(0.002 * n)
