@@ -92,7 +92,7 @@ PHASES = (
     (incremental.Incremental, "classify"), (incremental.Incremental, "decide"),
     (incremental.Incremental, "note_applied"), (hostd.reconcile, "prepare"),
     (hostd.reconcile, "finish"), (journal.Journal, "record"), (journal.Journal, "done"),
-    (tasks.TaskCache, "refresh"),
+    (tasks.TaskCache, "refresh"), (core.Agent, "close_exited"),
 )  # fmt: skip
 
 
@@ -160,7 +160,8 @@ def main() -> int:
             helper.stdin.write(f"spawn {args.threads}\n")
             helper.stdin.flush()
             tids = [int(t) for t in helper.stdout.readline().split()]
-            forks = [Event("fork", tid, helper.pid, helper.pid) for tid in tids]
+            born = time.monotonic_ns()  # (after the wave: as the kernel stamps each fork)
+            forks = [Event("fork", tid, helper.pid, helper.pid, "", born) for tid in tids]
             if profile and wave:
                 profile.enable()
             t0 = time.perf_counter()
@@ -178,6 +179,7 @@ def main() -> int:
                 profile.enable()
             t2 = time.perf_counter()
             agent.event_pass(exits)
+            agent.close_exited()  # (the agent's loop does it once no event waits)
             t3 = time.perf_counter()
             if profile:
                 profile.disable()

@@ -103,6 +103,10 @@ class Agent:
         self.status = StatusFile(self.run_dir)
         self.full_cost = 0.0  # seconds the last full pass took
         self.last_full = 0.0  # monotonic time it ended
+        # threads that exited with records still open in the journal: closed when no event
+        # waits (``close_exited``), so that a storm's exits leave its new threads the CPU
+        self.exited: list[tuple[int, int]] = []
+        self.scanned_ns = 0  # monotonic ns its reads of /proc ended (a thread born later: unread)
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
         self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
         self.counters: Counter[str] = Counter()
@@ -148,12 +152,14 @@ class Agent:
         self.inc.clear()
         if self.disabled:
             self.watcher.reset()  # events change nothing while switched off (no planner)
+            self.close_exited()
             report = restore(self.host, self.journal) if len(self.journal) else PassReport()
             self.write_status(report, time.monotonic() - started, state="disabled")
             self.last_full = time.monotonic()
             return report
         topo = read_topology(self.host)
         tasks = self.cache.rescan()
+        self.scanned_ns = time.monotonic_ns()
         classified = self.classifier.classify_all(tasks)
         base = base_affinities(self.journal)
         watch = self.watcher.watch
@@ -168,6 +174,7 @@ class Agent:
         )  # fmt: skip
         self.inc.start(topo, the_plan, planner, classified)
         want = desired_state(the_plan, tasks)
+        self.exited.clear()  # (live_keys: this pass closes the records of every thread gone)
         report = self.reconcile(want, Observed(tasks), live_keys={t.key for t in tasks})
         elapsed = time.monotonic() - started
         self.full_cost, self.last_full = elapsed, time.monotonic()
@@ -187,10 +194,10 @@ class Agent:
         batch = Batch.of(events, os.getpid(), self.cache.in_scope)
         exited, vanished, touched = inc.read(batch)
         self.watcher.forget([t.key for t in exited + vanished])
-        if exited and self.mode == "enforce":  # close their journal records
-            self.journal.done(task_records(self.journal, [t.key for t in exited]))
+        if exited and self.mode == "enforce":  # their journal records: closed later
+            self.exited += [t.key for t in exited]
         items = inc.classify(touched.values(), self.classifier, self.exclude)
-        first = PassReport()
+        first, looked = PassReport(), [i.task.tid for i in items]
         # A layer's first member: the layer's CPUs first; on v2, a member from a home cgroup
         # without the layer's cpuset: that cpuset first.
         reason = "grow" if inc.check_sizes(self.policy, self.sizer.planned()) else ""
@@ -199,12 +206,13 @@ class Agent:
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
         want = inc.decide(items, self.base_affinity)
-        report = self.apply_threads(want, items, fresh=True)
+        unread = {t for t, ts in inc.born.items() if ts > self.scanned_ns}  # never read before
+        report = self.apply_threads(want, items, fresh=True, born=unread)
         report.results[:0] = first.results
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
-        self._lag(report)
+        self._lag(report, looked)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
@@ -288,31 +296,51 @@ class Agent:
         )  # fmt: skip
         loop.log_problems(report)
 
-    def _lag(self, report: PassReport) -> None:
-        """Each new thread this pass placed (its knobs written, or already right: a thread
-        inherits its creator's): how long after its fork event, also when that event came
-        passes ago and the thread waited in the backlog."""
+    def _lag(self, report: PassReport, looked: list[int]) -> None:
+        """Each new thread this pass placed (``looked``: the threads it decided; a knob of each
+        written, or already right: a thread inherits its creator's): how long after its fork
+        event, also when that event came passes ago and the thread waited in the backlog."""
         born = self.inc.born
         if not born:
             return
-        placed = {
-            knobs.parse_task_key(r.key)[0]
-            for r in report.results
-            if r.outcome in ("applied", "skipped") and knobs.is_task_key(r.key)
-        }
+        # A thread none of whose knobs was written or right is not placed. A knob refused is
+        # rare: the keys are parsed only then.
+        placed = ("applied", "skipped")
+        failed: set[int] = set()
+        if any(r.outcome not in placed for r in report.results):
+            task_results = [r for r in report.results if knobs.is_task_key(r.key)]
+            failed = {knobs.parse_task_key(r.key)[0] for r in task_results} - {
+                knobs.parse_task_key(r.key)[0] for r in task_results if r.outcome in placed
+            }
         now = time.monotonic_ns()
-        for tid in placed & born.keys():
-            self.event_lag.observe(max(0, now - born[tid]) / 1e9)
+        for tid in looked:
+            stamp = born.get(tid)
+            if stamp is not None and tid not in failed:
+                self.event_lag.observe(max(0, now - stamp) / 1e9)
 
-    def apply_threads(self, want: dict, items: list[Classified], fresh: bool) -> PassReport:
+    def close_exited(self, count: int | None = None) -> None:
+        """Close the journal records of up to ``count`` (None: all) of the threads that exited.
+        Nothing waits for it: a record of a thread that is gone only makes a restore find it
+        gone, and a full pass closes such records too."""
+        cut = 0 if count is None else max(0, len(self.exited) - count)
+        chunk = self.exited[cut:]
+        del self.exited[cut:]
+        self.journal.done(task_records(self.journal, chunk))
+
+    def apply_threads(
+        self, want: dict, items: list[Classified], fresh: bool, born: dict | frozenset = frozenset()
+    ) -> PassReport:
         """Write ``want`` for these threads, giving back their journaled knobs it no longer
         holds; other threads are left alone. ``fresh``: the threads were just read from /proc,
         so their start times are trusted (else each is checked first: a re-layer's threads may
-        have been read minutes ago, their tids since reused; one that fails is left out)."""
+        have been read minutes ago, their tids since reused; one that fails is left out).
+        ``born``: threads born since the last full pass read /proc, read now for the first
+        time: nothing of theirs is journaled, so nothing is looked up to give back (in a storm,
+        most threads)."""
         if not fresh:  # one check per thread now, not one per knob read and written
             items = [i for i in items if self.host.start_time(i.task.tid) == i.task.start_time]
         observed = Observed(item.task for item in items)
-        only = [i.task.key for i in items]
+        only = [i.task.key for i in items if i.task.tid not in born]
         with self.host.known_start_times({i.task.tid: i.task.start_time for i in items}):
             return self.reconcile(want, observed, only=only)
 

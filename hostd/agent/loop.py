@@ -43,6 +43,8 @@ REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unle
 COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
 GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
 COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
+CLOSE_CHUNK = 256  # exited threads whose journal records are closed per step (about 1 ms)
+CLOSE_HOLD = 50_000  # ... while events wait, only beyond this many (then a chunk a step)
 STATS_STEP_S = 0.002  # the layers' statistics (a sample's reads), per step, while no event waits
 STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
 
@@ -205,8 +207,8 @@ def step(agent: Agent) -> None:
         min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due, joins_due)
         - time.monotonic(),
     )
-    if inc.backlog:
-        timeout = 0.0  # threads named by events wait to be read
+    if inc.backlog or agent.exited:
+        timeout = 0.0  # threads named by events wait to be read, or records to be closed
     elif agent.journal.compacting:
         timeout = min(timeout, COMPACT_POLL_S)  # its next step (or its fsync, looked at)
     events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
@@ -248,6 +250,8 @@ def step(agent: Agent) -> None:
     while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
         agent.redo(8)  # about a millisecond each: an event waits at most that long
         agent.last_redo = time.monotonic()
+    if agent.exited and (not waiting(agent) or len(agent.exited) > CLOSE_HOLD):
+        agent.close_exited(CLOSE_CHUNK)  # the records of threads gone, when nothing waits
     if agent.refreeze:
         freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
     idle = not (inc.pending or inc.redo_left)
@@ -309,6 +313,7 @@ def ready(due: float | None) -> bool:
 
 def finish(agent: Agent) -> None:
     if agent.sources.stop and agent.policy.restore_on_exit and agent.mode == "enforce":
+        agent.close_exited()
         restored = restore(agent.host, agent.journal)
         log.info(
             "stop restored %s",

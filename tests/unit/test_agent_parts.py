@@ -156,10 +156,16 @@ def test_an_event_burst_places_new_threads_and_forgets_exits(agent):
     again = agent.pass_once()  # a full pass agrees: nothing left to write
     assert agent.plan.layer("trainer").cpus > trainer.cpus
     assert not again.counts.get("applied"), [r for r in again.results if r.outcome == "applied"]
-    # It ends: forgotten, and its journal records closed.
+    # It ends: forgotten at once, and its journal records closed once no event waits.
     shutil.rmtree(agent.tree / "proc" / "4300")
     agent.event_pass([Event("exit", tid, 4300) for tid in new])
     assert agent.inc.shrink_due is not None  # it gives them back, later
+    assert {tid for tid, _ in agent.exited} == set(new)
+    assert [k for k in agent.journal.recorded() if k.startswith("task/4300@")]
+    agent.close_exited(5)
+    assert len(agent.exited) == len(new) - 5
+    agent.close_exited()
+    assert not agent.exited
     for tid in new:
         assert tid not in agent.inc.classified
         assert not [k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")]
@@ -339,3 +345,61 @@ def _with_own_threads(agent, monkeypatch, calls) -> None:
     )  # fmt: skip
     agent.pass_once()
     monkeypatch.setattr(agent.host, "threads", lambda: calls)
+
+
+def _rename(tree: Path, pid: int, tid: int, comm: str) -> None:
+    path = tree / "proc" / str(pid) / "task" / str(tid) / "stat"
+    text = path.read_text()
+    path.write_text(f"{text[: text.index('(') + 1]}{comm}{text[text.rindex(')') :]}")
+
+
+@pytest.mark.parametrize("before_scan", [True, False], ids=["read-by-the-full-pass", "unread"])
+def test_a_new_thread_skips_the_giveback_lookup_only_when_no_full_pass_read_it(agent, before_scan):
+    """A thread's first event pass after its fork event looks up nothing to give back (in a
+    storm, most threads), unless a full pass read it in between: its fork event came late, and
+    that pass journaled knobs the thread, renamed since, no longer wants."""
+    agent.pass_once()
+    tid = RANK + 1
+    start = agent.cache.tasks[tid].start_time
+    # as a layer that set its nice would have journaled it (the fixture's policy sets none)
+    agent.journal.record([(f"task/{tid}@{start}/nice", 0)])
+    held = {k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")}
+    assert len(held) == 2  # and its affinity, placed by the full pass
+    _rename(agent.tree, RANK, tid, "bash")  # now in a layer that sets no nice
+    stamp = agent.scanned_ns - 1 if before_scan else time.monotonic_ns()
+    if not before_scan:  # as if the full pass had not read it (its fork came after)
+        agent.scanned_ns = stamp - 1
+    agent.event_pass([Event("fork", tid, RANK, RANK, "", stamp)])
+    left = {k for k in agent.journal.recorded() if k.startswith(f"task/{tid}@")}
+    if before_scan:
+        assert left == held - {f"task/{tid}@{start}/nice"}  # not wanted now: given back
+    else:
+        assert left == held  # (a thread no full pass read has nothing journaled)
+
+
+def test_the_records_of_exited_threads_are_closed_when_no_event_waits(agent, monkeypatch):
+    """A storm's exits leave its new threads the CPU: their journal records are closed a chunk
+    a step once no event waits, or when too many wait to be closed."""
+    agent.pass_once()
+    rank = [t for t in agent.cache.tasks.values() if t.pid == RANK]
+    shutil.rmtree(agent.tree / "proc" / str(RANK))
+    closed = {f"task/{t.tid}@" for t in rank}
+    assert [k for k in agent.journal.recorded() if k.partition("@")[0] + "@" in closed]
+    agent.event_pass([Event("exit", t.tid, RANK) for t in rank])
+    assert len(agent.exited) == len(rank) == 12
+    agent.sources.connector = _Connector([])
+    agent.sources.kind = "events"
+    monkeypatch.setattr(loop, "CLOSE_CHUNK", 5)
+    busy = [True]
+    monkeypatch.setattr(loop, "waiting", lambda agent: busy[0])
+    loop.step(agent)
+    assert len(agent.exited) == 12  # events wait: not now
+    monkeypatch.setattr(loop, "CLOSE_HOLD", 10)
+    loop.step(agent)
+    assert len(agent.exited) == 7  # too many wait: a chunk
+    busy[0] = False
+    loop.step(agent)
+    loop.step(agent)
+    assert not agent.exited
+    assert not [k for k in agent.journal.recorded() if k.partition("@")[0] + "@" in closed]
+    agent.sources.close()
