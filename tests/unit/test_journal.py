@@ -365,3 +365,34 @@ def test_records_made_while_a_compactions_fsync_runs_are_in_the_compacted_file(
         time.sleep(0.001)
     want = [k for k, _ in _irqs(1500, 500)] + ["task/10@99/affinity"]
     assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want
+
+
+def test_a_compaction_that_cannot_wait_goes_in_steps_as_records_close(tmp_path, monkeypatch):
+    """In a storm the agent finds no quiet moment to compact: past ten times its open records
+    (or 100,000) of closed ones, closing more records compacts a step at a time (never all at
+    once, with its fsyncs, in the middle of an event pass), until it ends."""
+
+    def threads(first: int, n: int) -> list[tuple[str, int]]:  # (never fsynced themselves)
+        return [(f"task/{t}@7/nice", 0) for t in range(first, first + n)]
+
+    j = _deferred(tmp_path)
+    j.record(threads(0, 200))
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    t = 1000
+    while not j.compacting:  # each record made and closed; due early, left to the agent
+        assert t < 150_000
+        j.record(threads(t, 1000))
+        j.done([k for k, _ in threads(t, 1000)])
+        t += 1000
+    assert t > 100_000 and not syncs  # the first step only lists what to write
+    steps = 0
+    while j.compacting:
+        j.record(threads(t, 1))
+        j.done([k for k, _ in threads(t, 1)])
+        t, steps = t + 1, steps + 1
+    assert steps > 1 and syncs  # more than one step, and it did end, durably
+    want = [k for k, _ in threads(0, 200)]
+    assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want
+    assert j._done_lines < 1000
