@@ -891,6 +891,13 @@ def _cpu_busy() -> float:
     return scanbench._cpu_seconds()[0]
 
 
+def _cpu_steal() -> float:
+    """CPU seconds the hypervisor gave others since boot (/proc/stat's steal, proc(5)): on a
+    VM, the machine's own pace, which swings a storm's result from one run to the next."""
+    with open("/proc/stat") as fh:
+        return int(fh.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> ArmResult:
     """Start the arm, run new / rename / storm / steady against it, stop it."""
     res = ArmResult(threads, arm.name, arm.criterion)
@@ -936,7 +943,8 @@ def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> Ar
         print(
             f"    storm: {s['created']:,} threads in {s['seconds']:.1f} s = {s['rate']:,.0f}/s "
             f"(asked {args.storm_rate:,}/s); missed {s['missed']:,}, applied {s['applied']:,}, "
-            f"inherited {s['inherited']:,}; {arm.name} CPU {s['agent_cpu_s']:.2f} s",
+            f"inherited {s['inherited']:,}; {arm.name} CPU {s['agent_cpu_s']:.2f} s; creators' "
+            f"CPU {s['cpu_s']:.2f} s; host CPUs stolen {s['host_steal_cpus']:.2f}",
             flush=True,
         )
     settled = settle(arm, args.settle, args.settle_max)
@@ -1007,10 +1015,12 @@ def run_storm(arm, want: Want, args: argparse.Namespace, base: dict) -> dict:
             "start_ns": start_ns,
         }
         cpu0, busy0, wall0 = proc_cpu_s(arm.pid), _cpu_busy(), time.monotonic()
+        steal0 = _cpu_steal()
         for w in workers:
             w.send(msg)
         replies = [w.read(args.storm_seconds + args.storm_life + 120) for w in workers]
         cpu1, busy1, wall1 = proc_cpu_s(arm.pid), _cpu_busy(), time.monotonic()
+        steal1 = _cpu_steal()
     total = {k: sum(r[k] for r in replies) for k in replies[0] if k not in ("seconds",)}
     seconds = max(r["seconds"] for r in replies)
     total.update(
@@ -1019,6 +1029,7 @@ def run_storm(arm, want: Want, args: argparse.Namespace, base: dict) -> dict:
         agent_cpu_s=cpu1 - cpu0,
         window_s=wall1 - wall0,
         host_busy_cpus=(busy1 - busy0) / max(wall1 - wall0, 1e-9),
+        host_steal_cpus=(steal1 - steal0) / max(wall1 - wall0, 1e-9),
         workers=len(workers),
     )
     return total
