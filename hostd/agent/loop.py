@@ -296,9 +296,10 @@ def waiting(agent: Agent) -> bool:
 
 
 def stats_overdue(stats: LayerStats) -> bool:
-    """Whether a sample under way has waited ``STATS_FLOOR_S`` for its next slice: in a storm
-    that lasts, events always wait, and the sample still ends (1 % of a CPU)."""
-    return stats.sampling and time.monotonic() - stats.last_slice >= STATS_FLOOR_S
+    """Whether a sample has waited ``STATS_FLOOR_S`` past its due time (to begin) or its last
+    slice (to go on): in a storm that lasts, events always wait, and a sample still begins and
+    ends (1 % of a CPU)."""
+    return time.monotonic() - max(stats.due, stats.last_slice) >= STATS_FLOOR_S
 
 
 def redo_at(agent: Agent) -> float | None:
