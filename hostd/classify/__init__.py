@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hostd.model.jobs import protect_choice
 from hostd.model.predicates import PREDICATES
-from hostd.model.tasks import Task
+from hostd.model.tasks import Process, Task
 from hostd.policy import Layer, Policy, Predicate, elevation
 
 Test = Callable[[Task], bool]
@@ -60,6 +60,18 @@ def _compile(pred: Predicate) -> Test:
         inner = test
         return lambda t: not inner(t)
     return test
+
+
+TWINS = 4096  # decisions the event path keeps for twins (``Classifier.twin``)
+
+
+def _twin_key(task: Task) -> tuple:
+    """What a predicate can see of a thread: twins (the same key) share a decision. The
+    process by identity: the cache makes a new object when anything of it changes."""
+    return (
+        id(task.process), task.comm, task.uid, task.gid, task.nice, task.tid == task.process.pid,
+        task.activity,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +139,8 @@ class Classifier:
         # job that refuses protection (HOSTD_PROTECT=0), or says nothing under [jobs]
         # protect = false, is not placed in them.
         self.protects = frozenset(ly.name for ly in policy.layers if elevation(ly))
+        # The event path's twins (``twin``): a thread storm's threads are twins of each other.
+        self._twins: dict[tuple, tuple[Process, Layer, int]] = {}
 
     def unwanted(self, task: Task) -> str:
         """Why the thread's job does not get protected layers ("" where it does)."""
@@ -153,16 +167,27 @@ class Classifier:
         out = []
         seen: dict[tuple, tuple[str, int]] = {}
         for task in tasks:
-            key = (
-                id(task.process), task.comm, task.uid, task.gid, task.nice, task.is_leader,
-                task.activity,
-            )  # fmt: skip
+            key = _twin_key(task)
             hit = seen.get(key)
             if hit is None:
                 layer, group = self.matched_group(task)
                 hit = seen[key] = (layer.name, group)
             out.append(Classified(task, hit[0], hit[1]))
         return out
+
+    def twin(self, task: Task) -> tuple[Layer, int]:
+        """``matched_group``, shared with the thread's twins seen before (``classify_all``): a
+        storm's new threads cost a look-up each. Kept while the twin's process object is the
+        same one (a changed process is a new object), up to ``TWINS`` of them."""
+        key = _twin_key(task)
+        hit = self._twins.get(key)
+        if hit is not None and hit[0] is task.process:
+            return hit[1], hit[2]
+        layer, group = self.matched_group(task)
+        if len(self._twins) >= TWINS:
+            self._twins.clear()
+        self._twins[key] = (task.process, layer, group)
+        return layer, group
 
     def matched_group(self, task: Task) -> tuple[Layer, int]:
         refused = self.protects and self.unwanted(task)

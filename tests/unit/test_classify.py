@@ -4,6 +4,7 @@ puts the real threads of a PyTorch training job (FACTS.md)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -843,6 +844,33 @@ def test_twins_that_do_different_things_are_classified_apart() -> None:
     polls.uid = waits.uid = 1000
     got = [c.layer for c in classifier.classify_all([polls, waits])]
     assert got == ["comms", "trainer"]
+
+
+def test_the_event_path_shares_a_decision_between_twins_only(monkeypatch) -> None:
+    """``Classifier.twin`` (an event pass's classification: 27 us a thread under the default
+    policy, a look-up for a twin) keeps a decision for threads of the same process object that
+    look alike to every predicate. A thread that does something else, or whose process changed
+    (the cache makes a new object then, never changes one in place), is decided again."""
+    classifier = Classifier(load_default())
+    asked = []
+    matched_group = classifier.matched_group
+    monkeypatch.setattr(classifier, "matched_group", lambda t: asked.append(t) or matched_group(t))
+    rank_proc = rank(leader=False, uid=1000, gpu_devices=CUDA_FDS).process
+
+    def thread(tid: int, activity: str, process: Process = rank_proc) -> Task:
+        task = make_task(pid=process.pid, tid=tid, leader=False, activity=activity)
+        task.process, task.uid = process, 1000
+        return task
+
+    first, twin, waits = thread(4243, "polls"), thread(4244, "polls"), thread(4245, "waits")
+    names = [classifier.twin(t)[0].name for t in (first, twin, waits)]
+    assert names == ["comms", "comms", "trainer"]
+    assert asked == [first, waits]  # the twin was a look-up
+    refused = replace(rank_proc, env=(*rank_proc.env, ("HOSTD_PROTECT", "0")))
+    moved = thread(4244, "polls", refused)
+    got = classifier.twin(moved)
+    assert asked[-1] is moved  # decided again: another process object
+    assert got == matched_group(moved) and got[0].name != "comms"
 
 
 def test_a_job_opts_out_of_protection_or_in_never_past_the_gates() -> None:
