@@ -79,9 +79,11 @@ class Incremental:
         self.redo: list[int] | None = None
         self.redo_host: dict | None = None
         self.redo_stale: set[str] = set()  # IRQ and cpufreq keys earlier plans wanted
-        # cpuset joins left for a quiet moment: key -> (cgroup path, the thread's affinity key,
-        # its affinity value, when it is due), oldest first.
-        self.pending: dict[str, tuple[object, str, object, float]] = {}
+        # cpuset joins left for a quiet moment: (tid, start time) -> (cgroup path, the thread's
+        # affinity value or None, when it is due), oldest first. Keyed by the thread, not by
+        # its knob keys: in a storm every new thread of a layer with a cpuset waits here, and
+        # most exit first (their keys are built only for the joins that are due).
+        self.pending: dict[tuple[int, int], tuple[object, object, float]] = {}
         # threads named by events and not read yet (tid -> (tgid, when named, its fork event's
         # stamp or 0)), oldest first: in a storm of new threads the newest are read first, as
         # they have the most life left to use what they get; an older one that exits meanwhile
@@ -132,7 +134,7 @@ class Incremental:
             task = task or item.task
         if task is not None:
             if self.pending:  # a join it waited for: nothing to move any more
-                self.pending.pop(knobs.task_key(*task.key, "cpuset"), None)
+                self.pending.pop(task.key, None)
             if self.planner is not None:
                 pid = task.pid if task.pid not in self.cache.procs else None
                 self.planner.forget(task.key, pid)
@@ -182,7 +184,7 @@ class Incremental:
         layers = self.planner.layers
         items: list[Classified] = []
         for task in tasks:
-            layer, group = classifier.matched_group(task)
+            layer, group = classifier.twin(task)
             item = Classified(task, layer.name, group)
             old = self.classified.get(task.tid)
             if old is not None:
@@ -215,28 +217,32 @@ class Incremental:
         want = desired_for_tasks(task_plans, numa_plans)
         if self.pending:  # decided again: a join decided before no longer holds
             for item in items:
-                self.pending.pop(knobs.task_key(*item.task.key, "cpuset"), None)
+                self.pending.pop(item.task.key, None)
         due = time.monotonic() + JOIN_AFTER_S
         for tp in task_plans:
             if tp.cpuset is not None and home_of(tp.cpuset) != tp.cpuset:  # a join
-                key = knobs.task_key(tp.tid, tp.start_time, "cpuset")
-                affinity_key = knobs.task_key(tp.tid, tp.start_time, "affinity")
-                self.pending[key] = (want.pop(key), affinity_key, want.get(affinity_key), due)
+                del want[knobs.task_key(tp.tid, tp.start_time, "cpuset")]
+                affinity = None if tp.affinity is None else format_cpulist(tp.affinity)
+                self.pending[(tp.tid, tp.start_time)] = (tp.cpuset, affinity, due)
         return want
 
     def joins_due(self) -> float | None:
         """When the oldest waiting join is due (None: none waits)."""
-        return next(iter(self.pending.values()))[3] if self.pending else None
+        return next(iter(self.pending.values()))[2] if self.pending else None
 
     def take_joins(self, budget: int) -> tuple[dict, dict]:
         """Up to ``budget`` waiting joins that are due: (cpuset knobs, then the affinities to
         set again after them: joining a cpuset resets a thread's affinity)."""
         now = time.monotonic()
-        due = itertools.takewhile(lambda k: self.pending[k][3] <= now, self.pending)
-        keys = list(itertools.islice(due, budget))
-        pending = [self.pending.pop(k) for k in keys]
-        joins = {k: p[0] for k, p in zip(keys, pending, strict=True)}
-        return joins, {p[1]: p[2] for p in pending if p[2] is not None}
+        due = itertools.takewhile(lambda k: self.pending[k][2] <= now, self.pending)
+        threads = list(itertools.islice(due, budget))
+        joins, affinities = {}, {}
+        for tid, start in threads:
+            cpuset, affinity, _ = self.pending.pop((tid, start))
+            joins[knobs.task_key(tid, start, "cpuset")] = cpuset
+            if affinity is not None:
+                affinities[knobs.task_key(tid, start, "affinity")] = affinity
+        return joins, affinities
 
     def check_sizes(self, policy: Policy, sizes: dict[str, int]) -> bool:
         """Whether a layer's CPU count must change now (True: it grows, ``relayer`` now; ``why``

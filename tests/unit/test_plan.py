@@ -430,12 +430,12 @@ def test_a_thread_decided_again_drops_the_join_it_waited_for():
         return inc.decide(inc.classify([task], classifier, frozenset()), lambda _: None)
 
     assert key not in decide(born)
-    assert inc.pending[key][0] == "/hostd/data"  # the data layer's cpuset, in a second
+    assert inc.pending[born.key][0] == "/hostd/data"  # the data layer's cpuset, in a second
     renamed = replace(born, comm="helper")  # now in "rest": no cpuset of its own
     assert decide(renamed)[key] == "/"  # wanted home (where it still is), now
-    assert key not in inc.pending
+    assert born.key not in inc.pending
     # A thread that exits before its join is due: nothing left to move (in a storm of
     # short-lived threads, joins of dead threads took a sixth of the agent's time).
-    assert key not in decide(born) and key in inc.pending
+    assert key not in decide(born) and born.key in inc.pending
     inc.drop(born.tid, cached=False)
-    assert key not in inc.pending
+    assert born.key not in inc.pending
