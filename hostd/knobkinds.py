@@ -19,7 +19,7 @@ import functools
 from hostd import cpufreq, irq, numa, sched
 from hostd.cpuset import affinity, cgroup
 from hostd.host import Host, HostError
-from hostd.knobs import KnobKey, Spec, Value, key_problem
+from hostd.knobs import MADE, KnobKey, Spec, Value, key_problem
 from hostd.sched import group
 
 KINDS: tuple[Spec, ...] = (
@@ -54,11 +54,22 @@ def needing(capabilities: set[str]) -> frozenset[str]:
     return frozenset(s.kind for s in KINDS if s.needs in capabilities)
 
 
-@functools.lru_cache(maxsize=4096)
+TASK_SPECS: dict[str, Spec] = {name: s for (scope, name), s in BY_SHAPE.items() if scope == "task"}
+
+
 def spec_of(key: str | KnobKey) -> Spec:
-    """The kind of a key (``HostError`` EINVAL: no kind handles it). Its shape is read off the
-    string as ``parse_key`` reads it, without building a ``KnobKey``. An event pass looks up
-    each of its keys about six times; the cache holds a few passes' keys."""
+    """The kind of a key (``HostError`` EINVAL: no kind handles it). A task key that
+    ``knobs.task_key`` made lately says its kind (``knobs.MADE``); any other is read."""
+    made = MADE.get(key) if type(key) is str else None
+    spec = TASK_SPECS.get(made[1]) if made is not None else None
+    return spec if spec is not None else _spec_of(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_of(key: str | KnobKey) -> Spec:
+    """``spec_of`` read off the string as ``parse_key`` reads it, without building a
+    ``KnobKey``. An event pass looks up each of its keys about six times; the cache holds a
+    few passes' keys."""
     if isinstance(key, str):
         scope, _, rest = key.partition("/")
         if scope == "cgroup":

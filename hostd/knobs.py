@@ -105,22 +105,42 @@ def is_boot_bound(key: str) -> bool:
     memory; a cgroup of the same path after a reboot belongs to that boot). Their records are
     meaningless after a reboot, so the journal drops them then, and needs no fsync for them:
     what it wrote is in the page cache, which every reader sees until the kernel goes."""
-    return key.startswith(("task/", "session/", "cgroup/"))
+    return key.startswith(BOOT_BOUND)
+
+
+BOOT_BOUND = ("task/", "session/", "cgroup/")  # the key prefixes of ``is_boot_bound``
 
 
 def session_key(sid: int, since: int) -> str:
     return f"session/{sid}@{since}/preempted"
 
 
+# The task keys ``task_key`` made lately, with what they say ((tid, start time), kind): an
+# event pass looks at each of its keys five times or so (its thread, its kind), a storm's
+# 30,000 a second, and the first look, parsing, cost more than building the key. Forgotten all
+# at once when full; a key not here (read back from the journal) is parsed.
+MADE: dict[str, tuple[tuple[int, int], str]] = {}
+MADE_MAX = 16384
+
+
 def task_key(tid: int, start_time: int, kind: str) -> str:
-    return f"task/{tid}@{start_time}/{kind}"
+    key = f"task/{tid}@{start_time}/{kind}"
+    if len(MADE) >= MADE_MAX:
+        MADE.clear()
+    MADE[key] = ((tid, start_time), kind)
+    return key
+
+
+def parse_task_key(key: str) -> tuple[int, int]:
+    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key."""
+    made = MADE.get(key)
+    return made[0] if made is not None else _parse_task_key(key)
 
 
 @functools.lru_cache(maxsize=4096)
-def parse_task_key(key: str) -> tuple[int, int]:
-    """(tid, start_time) of a ``task/TID@START/...`` or ``session/SID@SINCE/...`` key, read off
-    the string as ``parse_key`` reads it. An event pass asks for each of its keys four times
-    or so; the cache holds a few passes' keys (an event pass has a few hundred threads)."""
+def _parse_task_key(key: str) -> tuple[int, int]:
+    """``parse_task_key`` of a key not made here, read off the string as ``parse_key`` reads
+    it; the cache holds a few passes' keys (an event pass has a few hundred threads)."""
     scope, _, rest = key.partition("/")
     ident = rest.rpartition("/")[0]
     if scope not in ("task", "session") or not ident:

@@ -144,3 +144,15 @@ def test_a_task_or_session_key_gives_its_ids_as_the_parsed_key_does(key):
 def test_a_key_of_no_task_gives_no_ids(key):
     with pytest.raises(KeyError):
         knobs.parse_task_key(key)
+
+
+@pytest.mark.parametrize("kind", sorted(knobkinds.TASK_SPECS))
+def test_a_key_task_key_made_says_what_a_key_read_back_says(kind):
+    """``knobs.task_key`` keeps what it made (``knobs.MADE``): the event path's looks at a new
+    key skip parsing it. They must agree with a key read back from the journal (parsed)."""
+    made = knobs.task_key(4242, 81234, kind)
+    assert made in knobs.MADE
+    said = knobs.parse_task_key(made), knobkinds.spec_of(made)
+    del knobs.MADE[made]  # now as a key read back from the journal: parsed
+    assert said == (knobs.parse_task_key(made), knobkinds.spec_of(made))
+    assert said == ((4242, 81234), knobkinds.BY_KIND[kind])
