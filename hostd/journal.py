@@ -52,7 +52,7 @@ from pathlib import Path
 
 from hostd import __version__, knobkinds, knobs
 from hostd.host import paths
-from hostd.knobs import Value, is_boot_bound
+from hostd.knobs import BOOT_BOUND, Value, is_boot_bound
 from hostd.model.cpus import parse_cpulist
 
 log = logging.getLogger("hostd")
@@ -249,12 +249,14 @@ class Journal:
         now, boot, policy = time.time(), self.boot_id, self.policy_sha
         records = self.records
         new: dict[str, Record] = {}
-        rows: list[list] = []  # what the lines say of each (built here: a storm's 30k a second)
-        for key, orig, *inherit in originals:
-            if key not in records and key not in new:
-                how = inherit[0] if inherit else None
-                new[key] = Record(key, orig, boot, __version__, policy, now, how)
-                rows.append([key, orig] if how is None else [key, orig, how])
+        rows: list[tuple] = []  # what the lines say of each: the tuples given (a storm's 30k/s)
+        for item in originals:
+            key = item[0]
+            if key in records or key in new:
+                continue
+            how = item[2] if len(item) > 2 else None
+            new[key] = Record(key, item[1], boot, __version__, policy, now, how)
+            rows.append(item if how is not None or len(item) == 2 else item[:2])
         return new, _shared_lines(rows, boot, __version__, policy, now)
 
     def record(self, originals: list[tuple]) -> None:
@@ -269,7 +271,7 @@ class Journal:
         if not new:
             return
         try:
-            self._append(lines, sync=not all(map(is_boot_bound, new)))
+            self._append(lines, sync=not all(k.startswith(BOOT_BOUND) for k in new))
         except OSError as exc:
             raise JournalError(
                 f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
@@ -478,9 +480,7 @@ def _record_lines(records: Iterable[Record]) -> Iterator[str]:
         yield from _shared_lines(rows, *head)
 
 
-def _shared_lines(
-    rows: list[list], boot: str, version: str, policy: str, when: float
-) -> Iterator[str]:
+def _shared_lines(rows: list, boot: str, version: str, policy: str, when: float) -> Iterator[str]:
     """The lines of records ([K, V] or [K, V, I]) that share their stamps."""
     for i in range(0, len(rows), PER_LINE):
         yield _summed(

@@ -70,8 +70,9 @@ def set_affinity(tid: int, cpus: frozenset[int]) -> None:
 def get_sched(tid: int) -> tuple[str, int, bool]:
     """(policy name, RT priority, reset-on-fork) of a thread."""
     raw = _call("sched", tid, os.sched_getscheduler, tid)
-    prio = _call("sched", tid, os.sched_getparam, tid).sched_priority
     policy = raw & ~RESET_ON_FORK
+    # a normal policy's priority is always 0 (sched(7)): one call less a new thread
+    prio = _call("sched", tid, os.sched_getparam, tid).sched_priority if policy in RT else 0
     return POLICY_NAMES.get(policy, str(policy)), prio, bool(raw & RESET_ON_FORK)
 
 
