@@ -101,12 +101,15 @@ def _depth(path: str) -> tuple[int, str]:
 
 
 def desired_for_tasks(
-    task_plans: Iterable[TaskPlan], numa_plans: Iterable[NumaPlan] = ()
+    task_plans: Iterable[TaskPlan],
+    numa_plans: Iterable[NumaPlan] = (),
+    held: frozenset[int] | set[int] = frozenset(),
 ) -> dict[str, object]:
-    """The knob values of these threads' plans (and their processes' NUMA placement)."""
+    """The knob values of these threads' plans (and their processes' NUMA placement), less the
+    cpuset of the threads in ``held`` (tids: a join that waits, ``hostd.agent.incremental``)."""
     want: dict[str, object] = {}
     for tp in task_plans:
-        if tp.cpuset is not None:
+        if tp.cpuset is not None and tp.tid not in held:
             want[knobs.task_key(tp.tid, tp.start_time, "cpuset")] = tp.cpuset
         if tp.affinity is not None:
             want[knobs.task_key(tp.tid, tp.start_time, "affinity")] = format_cpulist(tp.affinity)

@@ -205,8 +205,13 @@ class Agent:
             first = self.relayer(reason or "home", inc.why, homes_only=not reason)
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]
-        want = inc.decide(items, self.base_affinity)
         unread = {t for t, ts in inc.born.items() if ts > self.scanned_ns}  # never read before
+
+        def base(key: tuple[int, int]) -> frozenset[int] | None:
+            # a thread never read before has nothing journaled: no original to look up
+            return None if key[0] in unread else self.base_affinity(key)
+
+        want = inc.decide(items, base)
         report = self.apply_threads(want, items, fresh=True, born=unread)
         report.results[:0] = first.results
         self.counters["events"] += batch.size

@@ -208,22 +208,23 @@ class Incremental:
         assert self.planner is not None
         task_plans: list[TaskPlan] = []
         numa_plans: list[NumaPlan] = []
+        joins: list[TaskPlan] = []
         for item in items:
             tp, np_ = self.planner.decide(item, base_affinity(item.task.key))
             if tp is not None:
                 task_plans.append(tp)
+                if tp.cpuset is not None and home_of(tp.cpuset) != tp.cpuset:  # a join
+                    joins.append(tp)
             if np_ is not None:
                 numa_plans.append(np_)
-        want = desired_for_tasks(task_plans, numa_plans)
+        want = desired_for_tasks(task_plans, numa_plans, held={tp.tid for tp in joins})
         if self.pending:  # decided again: a join decided before no longer holds
             for item in items:
                 self.pending.pop(item.task.key, None)
         due = time.monotonic() + JOIN_AFTER_S
-        for tp in task_plans:
-            if tp.cpuset is not None and home_of(tp.cpuset) != tp.cpuset:  # a join
-                del want[knobs.task_key(tp.tid, tp.start_time, "cpuset")]
-                affinity = None if tp.affinity is None else format_cpulist(tp.affinity)
-                self.pending[(tp.tid, tp.start_time)] = (tp.cpuset, affinity, due)
+        for tp in joins:
+            affinity = None if tp.affinity is None else format_cpulist(tp.affinity)
+            self.pending[(tp.tid, tp.start_time)] = (tp.cpuset, affinity, due)
         return want
 
     def joins_due(self) -> float | None:
@@ -408,14 +409,16 @@ class Incremental:
         """Keep the cached threads true to what was just written, so that the next event pass
         (which decides from the cache) sees hostd's own changes: a thread created in a cpuset
         hostd moved its process into, a second write skipped."""
+        made = knobs.MADE
         for r in report.results:
             if r.outcome not in ("applied", "restored") or not knobs.is_task_key(r.key):
                 continue
-            tid, start = knobs.parse_task_key(r.key)
+            said = made.get(r.key)  # (the keys of an event pass: made by it)
+            (tid, start), kind = said or (knobs.parse_task_key(r.key), knobkinds.kind_of(r.key))
             task = self.cache.tasks.get(tid)
             if task is None or task.start_time != start:
                 continue
-            kind, value = knobkinds.kind_of(r.key), r.value
+            value = r.value
             if kind == "affinity":
                 task.affinity = parse_cpulist(str(value))
             elif kind == "nice" and isinstance(value, int):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hostd.agent import loop
@@ -162,8 +163,12 @@ class WatchLoop:
         self.recent.append({"time": round(time.time(), 3), "what": what, "why": why, **about})
 
     # -- the agent's hooks ---------------------------------------------------------------------
-    def inherited(self, key: str, current: object) -> object:
-        return self.demotions.inherited(key, current)
+    @property
+    def inherited(self) -> Callable[[str, object], object] | None:
+        """What a pass records as the original of a knob a thread inherited from one hostd
+        demoted (``Demotions.inherited``); None while no session is demoted (a storm's
+        threads: nothing to look at)."""
+        return self.demotions.inherited if self.demotions.since else None
 
     def forget(self, keys: list[Key]) -> None:
         self.watch.forget(keys)

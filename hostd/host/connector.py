@@ -59,6 +59,7 @@ _EVENT_AT = _NLMSG.size + _CNMSG.size
 _DATA_AT = _EVENT_AT + _HEAD.size
 _TWO = struct.Struct("=ii")
 _FOUR = struct.Struct("=iiii")
+_HEAD_FOUR = struct.Struct("=IIQiiii")  # the header, then a fork's or an exit's first four
 _ACK = struct.Struct("=I")
 
 DEFAULT_RCVBUF = 8 * 1024 * 1024
@@ -92,7 +93,13 @@ def _request(seq: int, payload: bytes) -> bytes:
 
 def parse(data: bytes | memoryview) -> Event | int | None:
     """One netlink message: an ``Event``, an ack's error code (int), or None (not wanted)."""
-    if len(data) < _DATA_AT:
+    if len(data) >= _DATA_AT + 16:  # a fork or an exit (a storm's): one unpack
+        what, _cpu, ts, a, b, c, d = _HEAD_FOUR.unpack_from(data, _EVENT_AT)
+        if what == EV_FORK:
+            return Event("fork", c, d, b, "", ts)
+        if what == EV_EXIT:
+            return Event("exit", a, b, 0, "", ts)
+    elif len(data) < _DATA_AT:
         return None
     what, _cpu, ts = _HEAD.unpack_from(data, _EVENT_AT)
     if what == EV_FORK:
