@@ -26,24 +26,27 @@ class Batch:
     @classmethod
     def of(cls, events: Iterable[Event], me: int, in_scope: Callable[..., bool]) -> Batch:
         batch = cls()
+        named, born, exits = batch.named, batch.born, batch.exits  # (a storm's 20k events/s)
+        size = 0
         for ev in events:
-            batch.size += 1
-            if ev.tgid == me:
+            size += 1
+            kind, tid, tgid = ev.kind, ev.tid, ev.tgid
+            if tgid == me:
                 continue
-            if ev.kind == "exit":
-                batch.named.pop(ev.tid, None)
-                batch.born.pop(ev.tid, None)
-                batch.exits.append(ev.tid)
-            elif ev.kind == "fork":
-                parent = ev.parent_tgid if ev.tid == ev.tgid else 0
-                if in_scope(ev.tgid, parent):
-                    batch.named[ev.tid] = ev.tgid
+            if kind == "exit":
+                named.pop(tid, None)
+                born.pop(tid, None)
+                exits.append(tid)
+            elif kind == "fork":
+                if in_scope(tgid, ev.parent_tgid if tid == tgid else 0):
+                    named[tid] = tgid
                     if ev.ts:
-                        batch.born[ev.tid] = ev.ts
-            elif in_scope(ev.tgid):
-                batch.named[ev.tid] = ev.tgid
-                if ev.kind == "exec":
-                    batch.exec_pids.add(ev.tgid)
-                elif ev.tid == ev.tgid:
-                    batch.leaders[ev.tgid] = ev.comm
+                        born[tid] = ev.ts
+            elif in_scope(tgid):
+                named[tid] = tgid
+                if kind == "exec":
+                    batch.exec_pids.add(tgid)
+                elif tid == tgid:
+                    batch.leaders[tgid] = ev.comm
+        batch.size = size
         return batch
