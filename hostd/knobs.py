@@ -120,7 +120,7 @@ def session_key(sid: int, since: int) -> str:
 # 30,000 a second, and the first look, parsing, cost more than building the key. Forgotten all
 # at once when full; a key not here (read back from the journal) is parsed.
 MADE: dict[str, tuple[tuple[int, int], str]] = {}
-MADE_MAX = 16384
+MADE_MAX = 4096  # a few passes of keys (a pass: up to 256 threads, 3-4 keys each)
 
 
 def task_key(tid: int, start_time: int, kind: str) -> str:
