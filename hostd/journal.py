@@ -287,9 +287,8 @@ class Journal:
     def done(self, keys: list[str]) -> None:
         """Close records (restored, or their thread is gone). Not synced: a lost done line
         only makes a later restore find the knob already back, or its thread gone."""
-        keys = [k for k in keys if k in self.records]
-        for key in keys:
-            del self.records[key]
+        records = self.records
+        keys = [k for k in keys if records.pop(k, None) is not None]  # (a record is never None)
         self._done_lines += len(keys)
         try:
             lines = (

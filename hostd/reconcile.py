@@ -26,6 +26,7 @@ from hostd.host import Host, HostError, paths
 from hostd.host.syscalls import POLICY_NAMES
 from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
+from hostd.knobs import Spec
 from hostd.model.cpus import CPUSET_ROOT, format_cpulist
 from hostd.model.tasks import Task, session_members
 from hostd.plan import NumaPlan, Plan, TaskPlan
@@ -172,13 +173,6 @@ def same(current: object, wanted: object) -> bool:
     return False
 
 
-def _order(key: str) -> int:
-    """Apply order (``Spec.apply_order``): the controller before the cgroups, cgroups before
-    the threads that go in them, membership before affinity, policy before nice, governor
-    before its floor."""
-    return knobkinds.spec_of(key).apply_order
-
-
 def _outcome(exc: HostError) -> str:
     if exc.errno == errno.EOPNOTSUPP:
         return "unsupported"
@@ -243,11 +237,15 @@ def prepare(
     default the current value.
     """
     report = PassReport()
-    changes: list[tuple[str, object, object]] = []  # (key, wanted, current)
+    changes: list[tuple[str, object, object, Spec]] = []  # (key, wanted, current, its kind)
     snapshot = observed if isinstance(observed, Observed) else None
     found: dict[str, Task] = {}  # the snapshot's thread of each key (one lookup a key)
-    for key in sorted(want, key=_order):
-        value = want[key]
+    specs = {key: knobkinds.spec_of(key) for key in want}  # each key's kind, looked up once
+    # Apply order (``Spec.apply_order``): the controller before the cgroups, cgroups before the
+    # threads that go in them, membership before affinity, policy before nice, governor before
+    # its floor.
+    for key in sorted(want, key=lambda k: specs[k].apply_order):
+        value, spec = want[key], specs[key]
         if key in unchangeable:
             report.results.append(Result(key, "unchangeable", value, "refused before"))
             continue
@@ -262,20 +260,20 @@ def prepare(
         # what /proc does not show (the reset-on-fork flag).
         if current is not _UNKNOWN:
             if not same(current, value):
-                changes.append((key, value, current))
+                changes.append((key, value, current, spec))
                 continue
             if type(current) is not list or None not in current:
                 report.results.append(Result(key, "skipped", value))
                 continue
         try:
-            current = knobkinds.read(host, key)
+            current = spec.read(host, key)
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
             continue
         if same(current, value):
             report.results.append(Result(key, "skipped", value))
             continue
-        changes.append((key, value, current))
+        changes.append((key, value, current, spec))
 
     # Knobs hostd changed before that the plan no longer wants: back to their originals.
     giveback: list[str] = []
@@ -296,7 +294,7 @@ def prepare(
         journal.done(gone)
 
     if journal is None:  # observe mode
-        for key, value, _ in changes:
+        for key, value, _, _ in changes:
             report.results.append(Result(key, "would-apply", value))
         for key in giveback:
             report.results.append(Result(key, "would-restore"))
@@ -306,17 +304,17 @@ def prepare(
     originals: list[tuple] = []
     tick = None
     recorded = journal.records
-    for key, value, current in changes:
+    for key, value, current, spec in changes:
         if key in recorded:
             continue
         try:
             if type(current) is list and None in current:
-                current = knobkinds.read(host, key)
+                current = spec.read(host, key)
             orig = inherited(key, current) if inherited else current
         except HostError as exc:
             report.results.append(Result(key, _outcome(exc), value, str(exc)))
             continue
-        task = found.get(key) if knobkinds.kind_of(key) in INHERITABLE else None
+        task = found.get(key) if spec.kind in INHERITABLE else None
         if task is None:
             originals.append((key, orig))
             continue
@@ -331,7 +329,7 @@ def finish(
     """``reconcile``'s writes, once the originals ``prepare`` found are in the journal
     (``unjournaled``: why they could not be recorded)."""
     report, recorded = prep.report, journal.records
-    for key, value, _ in prep.changes:
+    for key, value, _, spec in prep.changes:
         if key not in recorded:
             # Never write what cannot be restored: its original could not be read (reported
             # above) or not be recorded durably.
@@ -339,7 +337,7 @@ def finish(
                 report.results.append(Result(key, "unjournaled", value, unjournaled))
             continue
         try:
-            knobkinds.write(host, key, value)
+            spec.write(host, key, value)
             report.results.append(Result(key, "applied", value))
         except HostError as exc:
             outcome = _outcome(exc)

@@ -12,7 +12,7 @@ from hostd.journal import Journal
 from hostd.policy import parse_policy
 from hostd.reconcile import Observed, desired_state, reconcile, restore
 from hostd.snapshot import take
-from tests.fakes import host_copy
+from tests.fakes import FakeCalls, host_copy
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hosts" / "dgx-h100"
 POLICY = b"""
@@ -167,3 +167,24 @@ def test_a_full_state_disk_writes_no_knob_and_says_so(tree, tmp_path, monkeypatc
     assert report.counts.get("applied", 0) > 0 and "unjournaled" not in report.counts
     restore(host, journal)
     assert _files(tree) == before
+
+
+def test_a_pass_writes_in_apply_order_whatever_the_order_it_is_given(tree, tmp_path):
+    """``Spec.apply_order``: a thread's policy before its nice, its affinity before both, the
+    IRQs after the threads, however ``want`` lists them (a dict in the planner's order)."""
+    calls = FakeCalls(tree)
+    host = Host(tree, calls=calls)
+    task = next(t for t in take(host, parse_policy(POLICY, "test.toml")).tasks if t.pid != t.tid)
+    irq = next(k for k in _host_knobs(tree)[2] if k.startswith("irq/"))
+    key = f"task/{task.tid}@{task.start_time}/"
+    want = {
+        irq: "0",
+        key + "nice": -3 if task.nice != -3 else -4,
+        key + "sched": ["batch", 0, False],
+        key + "affinity": "0" if task.affinity != frozenset({0}) else "1",
+    }
+    journal = Journal(tmp_path / "j", "b")
+    report = reconcile(host, journal, want, Observed([task]), unchangeable=set())
+    applied = [r.key for r in report.results if r.outcome == "applied"]
+    assert applied == [key + "affinity", key + "sched", key + "nice", irq]
+    assert [w[0] for w in calls.writes] == ["affinity", "sched", "nice"]

@@ -10,7 +10,7 @@ import pytest
 
 from hostd import knobkinds, knobs
 from hostd.knobkinds import BY_KIND, KINDS, kinds, needing
-from hostd.reconcile import _order, _restore_order
+from hostd.reconcile import _restore_order
 
 # kind: (key shape, apply order, restore phase, flags)
 EXPECTED = {
@@ -68,7 +68,6 @@ def test_each_kinds_key_finds_its_spec_and_passes_the_journals_key_check(spec):
     assert knobkinds.spec_of(key) is spec
     assert knobkinds.kind_of(key) == spec.kind
     assert knobkinds.check_key(key) is None
-    assert _order(key) == spec.apply_order
 
 
 def test_restore_goes_by_phase_then_reverse_journal_order():
