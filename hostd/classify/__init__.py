@@ -62,7 +62,9 @@ def _compile(pred: Predicate) -> Test:
     return test
 
 
-TWINS = 4096  # decisions the event path keeps for twins (``Classifier.twin``)
+# Decisions the event path keeps for twins (``Classifier.twin``): each holds its process object
+# (a kilobyte or so) alive until the memo is full and forgotten at once.
+TWINS = 1024
 
 
 def _twin_key(task: Task) -> tuple:
