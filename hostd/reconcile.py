@@ -168,9 +168,12 @@ def same(current: object, wanted: object) -> bool:
     """Whether a knob holds what is wanted; a None in a list read from /proc: not known."""
     if current == wanted:
         return True
-    if type(current) is list and type(wanted) is list and len(current) == len(wanted):
-        return all(c is None or c == w for c, w in zip(current, wanted, strict=True))
-    return False
+    if type(current) is not list or type(wanted) is not list or len(current) != len(wanted):
+        return False
+    for c, w in zip(current, wanted):  # (a loop, not all() over a generator: 2 us to 0.4)
+        if c is not None and c != w:
+            return False
+    return True
 
 
 def _outcome(exc: HostError) -> str:
@@ -244,7 +247,8 @@ def prepare(
     # Apply order (``Spec.apply_order``): the controller before the cgroups, cgroups before the
     # threads that go in them, membership before affinity, policy before nice, governor before
     # its floor.
-    for key in sorted(want, key=lambda k: specs[k].apply_order):
+    rank = {key: spec.apply_order for key, spec in specs.items()}
+    for key in sorted(want, key=rank.__getitem__):
         value, spec = want[key], specs[key]
         if key in unchangeable:
             report.results.append(Result(key, "unchangeable", value, "refused before"))
@@ -372,6 +376,8 @@ def _restore_order(keys: list[str]) -> list[str]:
 
 
 def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
+    if not keys:  # (every event pass asks)
+        return []
     results = []
     done = []
     for key in _restore_order(keys):

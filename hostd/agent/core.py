@@ -79,6 +79,7 @@ class Agent:
         self.policy = load_checked(policy_path, allow_insecure_policy)
         self.mode_override = mode
         self.run_dir = Path(run_dir)
+        self._switch = str(self.run_dir / "disabled")  # (looked at a few times a step)
         try:
             os.close(open_dir(state_dir, 0o700))
             self.journal = open_checked(Path(state_dir), read_boot_id(host), self.policy.sha256)
@@ -125,7 +126,7 @@ class Agent:
     @property
     def disabled(self) -> bool:
         # Only a flag root could have made counts (the run dir is checked at start).
-        return owned_file(self.run_dir / "disabled")
+        return owned_file(self._switch)
 
     @property
     def plan(self) -> Plan | None:

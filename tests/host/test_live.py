@@ -58,6 +58,21 @@ def test_topology_matches_the_kernel():
     assert len(topo.irqs) == len(numbered)
 
 
+def test_ticks_now_is_the_clock_of_start_times():
+    """Live, ``ticks_now`` reads CLOCK_BOOTTIME, not /proc/uptime: the two agree, and a thread
+    born now has a start time of now (the inherit records compare the two)."""
+    host = Host()
+    with open("/proc/uptime") as fh:
+        before = int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    tid, stop = _named_thread("hostd_tick")
+    now, born = host.ticks_now(), host.start_time(tid)
+    with open("/proc/uptime") as fh:
+        after = int(float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+    stop.set()
+    assert before <= now <= after + 1
+    assert born is not None and before <= born <= now
+
+
 def test_scan_sees_this_process_and_its_named_threads():
     odd = "a) (b c"  # spaces and parentheses, as a hostile program may name a thread
     tid1, stop1 = _named_thread("pt_nccl_watchdg")
