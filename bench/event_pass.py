@@ -12,7 +12,8 @@ events. The first wave warms up and is not counted.
 
     sudo python3 bench/event_pass.py                  # 40 waves of 256 threads
     sudo python3 bench/event_pass.py --phases         # + where the time goes, per thread
-    sudo python3 bench/event_pass.py --profile        # + cProfile of the passes (slower)
+    sudo python3 bench/event_pass.py --profile        # + cProfile of the passes (slower;
+                                                      # SORT=cumulative TOP=60 to choose)
 
 Prints microseconds per thread of the fork passes (the fastest wave, the median wave, all) and
 of the exit passes, the collector's time, and what the last wave's knobs came to. The
@@ -210,7 +211,8 @@ def main() -> int:
     for label, seconds in spent.most_common():
         print(f"  {label:28s} {seconds / counted * 1e6:6.1f} us a thread")
     if profile:
-        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+        order, top = os.environ.get("SORT", "tottime"), int(os.environ.get("TOP", "30"))
+        pstats.Stats(profile).sort_stats(order).print_stats(top)
     return 0
 
 

@@ -170,7 +170,8 @@ def same(current: object, wanted: object) -> bool:
         return True
     if type(current) is not list or type(wanted) is not list or len(current) != len(wanted):
         return False
-    for c, w in zip(current, wanted):  # (a loop, not all() over a generator: 2 us to 0.4)
+    # a loop, not all() over a generator: half the time (a new thread's policy, each)
+    for c, w in zip(current, wanted, strict=True):  # noqa: SIM110
         if c is not None and c != w:
             return False
     return True
