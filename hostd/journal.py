@@ -139,6 +139,7 @@ class Journal:
             os.close(fd)
         lines = data.split(b"\n")
         last = len(lines) if lines[-1] else len(lines) - 1  # the line after the final newline
+        shared: dict[str, dict] = {}  # one inherit dict for the records that say the same
         for number, raw in enumerate(lines[:last], start=1):
             if not raw.strip():
                 continue
@@ -149,10 +150,11 @@ class Journal:
                 continue
             self.damaged += [(number, why) for why in whys]
             for entry in entries:
-                self._take(entry)
+                self._take(entry, shared)
 
-    def _take(self, entry: dict) -> None:
-        """One checked entry of a line read back: a record, or a key it closes."""
+    def _take(self, entry: dict, shared: dict[str, dict]) -> None:
+        """One checked entry of a line read back: a record, or a key it closes. ``shared``:
+        the inherit dicts read so far, by their JSON (a re-layer's 100,000 records say a few)."""
         key = entry["key"]
         if entry.get("done") is True:
             self.records.pop(key, None)
@@ -160,6 +162,9 @@ class Journal:
             return
         if key in self.records:
             return  # the first original wins
+        inherit = entry["inherit"]
+        if inherit is not None:
+            inherit = shared.setdefault(_COMPACT.encode(inherit), inherit)
         record = Record(
             key,
             entry["orig"],
@@ -167,7 +172,7 @@ class Journal:
             entry["version"],
             entry["policy"],
             float(entry["time"]),
-            entry["inherit"],
+            inherit,
         )
         if is_boot_bound(key) and record.boot != self.boot_id:
             self.dropped_old_boot += 1
