@@ -328,13 +328,11 @@ def prepare(
             continue
         tick = host.ticks_now() if tick is None else tick
         sid = task.process.session
+        # (an inheritable kind's value is a string, an int or a flat list: hashable as a tuple)
         said = (spec.kind, sid, tuple(value) if type(value) is list else value)
-        try:
-            how = shared.get(said)
-            if how is None:
-                how = shared[said] = {"to": value, "sid": sid, "tick": tick}
-        except TypeError:  # a value no dict can be keyed by (none yet): a dict of its own
-            how = {"to": value, "sid": sid, "tick": tick}
+        how = shared.get(said)
+        if how is None:
+            how = shared[said] = {"to": value, "sid": sid, "tick": tick}
         originals.append((key, orig, how))
     return Prepared(report, changes, originals, giveback)
 
