@@ -18,8 +18,8 @@ host has. Three things it does apart:
   which waits out every fork in flight (milliseconds per thread in a thread storm), and records
   one more original; a new thread's affinity already keeps it on its layer's CPUs, so it joins
   once it has lived ``JOIN_AFTER_S`` (a storm's short-lived threads never do), when no event
-  waits (``take_joins``). Going back home from a hostd cpuset cannot wait: its affinity
-  would not fit the cpuset it is in;
+  came for a moment (``take_joins``, ``hostd.agent.loop.join_at``). Going back home from a
+  hostd cpuset cannot wait: its affinity would not fit the cpuset it is in;
 * what the kernel and the planner of a full pass know better (a topology change, a cpuset no
   layer uses any more): the next full pass.
 """

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
+JOIN_QUIET_S = 0.02  # ... and none came for this long (``join_at``)
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
 COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
@@ -203,7 +204,7 @@ def step(agent: Agent) -> None:
     sizing_due = agent.sizer.due if agent.sizer.wanted and not agent.disabled else due
     inc = agent.inc
     shrink_due = inc.shrink_due or due
-    joins_due = inc.joins_due() or due
+    joins_due = join_at(agent) or due
     redo_due = redo_at(agent) or due
     timeout = max(
         0.0,
@@ -245,12 +246,12 @@ def step(agent: Agent) -> None:
         finally:
             agent.last_event = time.monotonic()
     # The records of threads gone, first (a storm's exits: each thread's records held in
-    # memory); then a few joins at a time, and only while no event waits: each can block for
-    # milliseconds while threads are being created. Then, after a re-layer, the pool's threads.
+    # memory); then a few joins at a time, once no event came for a moment (``join_at``): each
+    # holds up every fork and exit on the host. Then, after a re-layer, the pool's threads.
     if agent.exited and (not waiting(agent) or len(agent.exited) > CLOSE_HOLD):
         agent.close_exited(CLOSE_CHUNK)
     deadline = time.monotonic() + JOIN_BUDGET_S
-    while ready(inc.joins_due()) and time.monotonic() < deadline and not waiting(agent):
+    while ready(join_at(agent)) and time.monotonic() < deadline and not waiting(agent):
         agent.join_cpusets(4)
     deadline = time.monotonic() + REDO_BUDGET_S
     while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
@@ -310,6 +311,18 @@ def redo_at(agent: Agent) -> float | None:
     if not inc.redo_left:
         return None
     return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
+
+
+def join_at(agent: Agent) -> float | None:
+    """When the waiting cpuset joins may be made (None: none waits): once the oldest is due and
+    no event came for ``JOIN_QUIET_S``. A join takes the cgroup core's thread-group lock for
+    writing: it waits for every fork and exit in flight on the host, and every fork and exit
+    waits for it. Made between the events of a storm of 0.1 s threads on one crowded CPU, joins
+    held the workload's threads in their fork or exit for seconds (BENCHMARKS.md, "Cpuset joins
+    in a storm"). A host that is never quiet this long gets its joins from the drift rescan: the
+    threads' affinity keeps them on their layer's CPUs meanwhile."""
+    due = agent.inc.joins_due()
+    return None if due is None else max(due, agent.last_event + JOIN_QUIET_S)
 
 
 def ready(due: float | None) -> bool:

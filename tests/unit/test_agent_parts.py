@@ -403,3 +403,25 @@ def test_the_records_of_exited_threads_are_closed_when_no_event_waits(agent, mon
     assert not agent.exited
     assert not [k for k in agent.journal.recorded() if k.partition("@")[0] + "@" in closed]
     agent.sources.close()
+
+
+def test_cpuset_joins_wait_for_a_moment_without_events(agent, monkeypatch):
+    """A cpuset join takes the cgroup core's thread-group lock for writing: it waits for every
+    fork and exit in flight on the host, and holds up every new one. A join that is due waits
+    until no event came for ``JOIN_QUIET_S`` (made between the events of a storm of short
+    threads, joins held the workload's forks and exits for seconds)."""
+    agent.pass_once()
+    joined = []
+    monkeypatch.setattr(agent, "join_cpusets", lambda _: joined.append(agent.inc.pending.popitem()))
+    monkeypatch.setattr(loop, "waiting", lambda agent: False)  # no event waits between steps
+    agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, time.monotonic() - 1.0)  # due
+    agent.sources.kind = "events"
+    agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
+    loop.step(agent)  # an event came: the join waits
+    assert agent.counters["event_passes"] == 1
+    assert not joined and loop.join_at(agent) == agent.last_event + loop.JOIN_QUIET_S
+    agent.sources.connector.close()
+    agent.sources.connector = None  # no more events: the loop wakes for the join, and makes it
+    loop.step(agent)
+    assert [key for key, _ in joined] == [(4300, 1)]
+    assert loop.join_at(agent) is None
