@@ -15,11 +15,13 @@ host has. Three things it does apart:
   count stayed lower for ``[sizing] shrink_after`` (a short-lived matching process must not make
   the host flap);
 * joining a cpuset (``pending``): it takes the cgroup core's thread-group lock for writing,
-  which waits out every fork in flight (milliseconds per thread in a thread storm), and records
+  which waits out every fork and exit in flight and holds up every new one (milliseconds per
+  thread in a thread storm, seconds when those in flight wait for a crowded CPU), and records
   one more original; a new thread's affinity already keeps it on its layer's CPUs, so it joins
-  once it has lived ``JOIN_AFTER_S`` (a storm's short-lived threads never do), when no event
-  came for a moment (``take_joins``, ``hostd.agent.loop.join_at``). Going back home from a
-  hostd cpuset cannot wait: its affinity would not fit the cpuset it is in;
+  once it has lived ``JOIN_AFTER_S`` and no event came for a moment (``take_joins``,
+  ``hostd.agent.loop.join_at``): a storm's short-lived threads, even those a crowded CPU keeps
+  alive past ``JOIN_AFTER_S``, never do. Going back home from a hostd cpuset cannot wait: its
+  affinity would not fit the cpuset it is in;
 * what the kernel and the planner of a full pass know better (a topology change, a cpuset no
   layer uses any more): the next full pass.
 """
