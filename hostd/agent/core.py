@@ -109,6 +109,7 @@ class Agent:
         self.exited: list[tuple[int, int]] = []
         self.scanned_ns = 0  # monotonic ns its reads of /proc ended (a thread born later: unread)
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
+        self.join_quiet = loop.JOIN_QUIET_S  # cpuset joins wait this long without events
         self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)

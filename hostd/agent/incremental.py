@@ -19,8 +19,9 @@ host has. Three things it does apart:
   thread in a thread storm, seconds when those in flight wait for a crowded CPU), and records
   one more original; a new thread's affinity already keeps it on its layer's CPUs, so it joins
   once it has lived ``JOIN_AFTER_S`` and no event came for a moment (``take_joins``,
-  ``hostd.agent.loop.join_at``): a storm's short-lived threads, even those a crowded CPU keeps
-  alive past ``JOIN_AFTER_S``, never do. Going back home from a hostd cpuset cannot wait: its
+  ``hostd.agent.loop.join_at``), a longer one after a join that was slow (``join_backoff``):
+  the threads a crowded CPU keeps alive past ``JOIN_AFTER_S`` in a storm make one slow join at
+  most, then wait for the storm's end. Going back home from a hostd cpuset cannot wait: its
   affinity would not fit the cpuset it is in;
 * what the kernel and the planner of a full pass know better (a topology change, a cpuset no
   layer uses any more): the next full pass.

@@ -39,6 +39,11 @@ log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
 JOIN_QUIET_S = 0.02  # ... and none came for this long (``join_at``)
+# A join slower than this held the host's forks and exits (a grace period, 5-16 ms on an idle
+# 2-CPU VM, is the most a join waits for on a quiet host): the next waits for a longer quiet,
+# at least a second, 4 times longer at each slow one, up to the drift rescan's minimum; each
+# quick one halves it again (``join_backoff``)
+JOIN_SLOW_S, JOIN_BACKOFF_S, JOIN_QUIET_MAX_S = 0.05, 1.0, 60.0
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
 COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
@@ -252,7 +257,9 @@ def step(agent: Agent) -> None:
         agent.close_exited(CLOSE_CHUNK)
     deadline = time.monotonic() + JOIN_BUDGET_S
     while ready(join_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        agent.join_cpusets(4)
+        began = time.monotonic()
+        agent.join_cpusets(1)  # one at a time: each is timed (``join_backoff``)
+        join_backoff(agent, time.monotonic() - began)
     deadline = time.monotonic() + REDO_BUDGET_S
     while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
         agent.redo(8)  # about a millisecond each: an event waits at most that long
@@ -315,14 +322,32 @@ def redo_at(agent: Agent) -> float | None:
 
 def join_at(agent: Agent) -> float | None:
     """When the waiting cpuset joins may be made (None: none waits): once the oldest is due and
-    no event came for ``JOIN_QUIET_S``. A join takes the cgroup core's thread-group lock for
-    writing: it waits for every fork and exit in flight on the host, and every fork and exit
-    waits for it. Made between the events of a storm of 0.1 s threads on one crowded CPU, joins
-    held the workload's threads in their fork or exit for seconds (BENCHMARKS.md, "Cpuset joins
-    in a storm"). A host that is never quiet this long gets its joins from the drift rescan: the
-    threads' affinity keeps them on their layer's CPUs meanwhile."""
+    no event came for ``agent.join_quiet`` (``JOIN_QUIET_S``; longer after a slow join). A join
+    takes the cgroup core's thread-group lock for writing: it waits for every fork and exit in
+    flight on the host, and every fork and exit waits for it. Made between the events of a storm
+    of 0.1 s threads on one crowded CPU, joins held the workload's threads in their fork or exit
+    for seconds (BENCHMARKS.md, "Cpuset joins in a storm"). A host that is never quiet this long
+    gets its joins from the drift rescan: the threads' affinity keeps them on their layer's CPUs
+    meanwhile."""
     due = agent.inc.joins_due()
-    return None if due is None else max(due, agent.last_event + JOIN_QUIET_S)
+    return None if due is None else max(due, agent.last_event + agent.join_quiet)
+
+
+def join_backoff(agent: Agent, took: float) -> None:
+    """How long the next joins wait without events, after one that took ``took`` seconds. A
+    storm's own pauses (its creators waiting for a crowded CPU) outlast ``JOIN_QUIET_S``: a join
+    made in one waited up to a second for the threads in flight, and the storm's forks and
+    exits, and the agent's events, waited for it (BENCHMARKS.md, "Cpuset joins in a storm")."""
+    quiet = agent.join_quiet
+    if took > JOIN_SLOW_S:
+        agent.join_quiet = min(max(quiet * 4, JOIN_BACKOFF_S), JOIN_QUIET_MAX_S)
+        agent.counters["slow_joins"] += 1
+        log.info(
+            "cpuset join took %.0f ms (forks and exits on the host waited for it): the next "
+            "waits for %.0f s without events", took * 1000, agent.join_quiet,
+        )  # fmt: skip
+    else:
+        agent.join_quiet = max(quiet / 2, JOIN_QUIET_S)
 
 
 def ready(due: float | None) -> bool:

@@ -182,6 +182,7 @@ class Collector:
             ("hostd_event_overflows", "overflows", "Event buffer overflows (each a full pass)."),
             ("hostd_device_events", "device_events", "Device events (each a full pass)."),
             ("hostd_relooked_threads", "relooked", "Unnamed job threads moved by what they do."),
+            ("hostd_slow_cpuset_joins", "slow_joins", "Cpuset joins that held forks (backed off)."),
         ):
             yield CounterMetricFamily(name, doc, value=events.get(key, 0))
         yield histogram_family(

@@ -10,6 +10,7 @@ are changed and given back.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -425,3 +426,47 @@ def test_cpuset_joins_wait_for_a_moment_without_events(agent, monkeypatch):
     loop.step(agent)
     assert [key for key, _ in joined] == [(4300, 1)]
     assert loop.join_at(agent) is None
+
+
+def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkeypatch, caplog):
+    """A storm's creators pause for longer than ``JOIN_QUIET_S`` when the CPU they wait for is
+    crowded; a join made in such a pause waited up to a second for the threads in flight, and
+    every fork and exit on the host waited for it. A join slower than ``JOIN_SLOW_S`` makes the
+    next wait for a second without events (4 times longer at each slow one, at most a minute),
+    and each quick one halves that again."""
+    agent.pass_once()
+    joined = []
+    monkeypatch.setattr(agent, "join_cpusets", lambda n: joined.append(agent.inc.pending.popitem()))
+    monkeypatch.setattr(loop, "waiting", lambda agent: False)
+    monkeypatch.setattr(loop, "JOIN_SLOW_S", -1.0)  # every join is slow
+    due = time.monotonic() - 2.0
+    agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, due)
+    with caplog.at_level(logging.INFO, logger="hostd"):
+        loop.step(agent)  # no event yet: made, and slow
+    assert [key for key, _ in joined] == [(4300, 1)]
+    assert agent.join_quiet == loop.JOIN_BACKOFF_S and agent.counters["slow_joins"] == 1
+    assert "the next waits for 1 s without events" in caplog.text
+    agent.inc.pending[(4301, 1)] = ("/hostd/trainer", None, due)
+    agent.sources.kind = "events"
+    agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
+    loop.step(agent)  # an event: the next join waits a second from it, not 20 ms
+    assert len(joined) == 1
+    assert loop.join_at(agent) == agent.last_event + loop.JOIN_BACKOFF_S
+    agent.sources.connector.close()
+    agent.sources.connector = None
+    monkeypatch.setattr(loop, "JOIN_SLOW_S", 1e9)  # quick from now on
+    agent.last_event -= loop.JOIN_BACKOFF_S  # a second went by without events
+    loop.step(agent)
+    assert [key for key, _ in joined] == [(4300, 1), (4301, 1)]
+    assert agent.join_quiet == loop.JOIN_BACKOFF_S / 2
+
+
+def test_slow_joins_back_off_4_times_longer_up_to_a_minute_and_quick_ones_halve_it(agent):
+    seen = []
+    for took in (0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.001):
+        loop.join_backoff(agent, took)
+        seen.append(agent.join_quiet)
+    assert seen == [1.0, 4.0, 16.0, 60.0, 60.0, 30.0, 15.0, 7.5]
+    for _ in range(20):
+        loop.join_backoff(agent, 0.001)
+    assert agent.join_quiet == loop.JOIN_QUIET_S
