@@ -42,7 +42,7 @@ JOIN_QUIET_S = 0.02  # ... and none came for this long (``join_at``)
 # A join slower than this held the host's forks and exits (a grace period, 5-16 ms on an idle
 # 2-CPU VM, is the most a join waits for on a quiet host): the next waits for a longer quiet,
 # at least a second, 4 times longer at each slow one, up to the drift rescan's minimum; each
-# quick one halves it again (``join_backoff``)
+# quick one halves it again, a full pass (which joins all that waited) ends it (``join_backoff``)
 JOIN_SLOW_S, JOIN_BACKOFF_S, JOIN_QUIET_MAX_S = 0.05, 1.0, 60.0
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
@@ -176,6 +176,7 @@ def next_full(agent: Agent) -> tuple[float, str]:
 
 def full(agent: Agent, reason: str) -> None:
     gc.unfreeze()  # what the last pass kept may be garbage now
+    agent.join_quiet = JOIN_QUIET_S  # a full pass joins every thread that waited: backoff ends
     try:
         agent.pass_once(reason)
     except Exception:  # a bug or a full disk must not leave the host half-changed

@@ -461,7 +461,7 @@ def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkey
     assert agent.join_quiet == loop.JOIN_BACKOFF_S / 2
 
 
-def test_slow_joins_back_off_4_times_longer_up_to_a_minute_and_quick_ones_halve_it(agent):
+def test_slow_joins_back_off_up_to_a_minute_until_quick_ones_or_a_full_pass(agent):
     seen = []
     for took in (0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.001):
         loop.join_backoff(agent, took)
@@ -469,4 +469,7 @@ def test_slow_joins_back_off_4_times_longer_up_to_a_minute_and_quick_ones_halve_
     assert seen == [1.0, 4.0, 16.0, 60.0, 60.0, 30.0, 15.0, 7.5]
     for _ in range(20):
         loop.join_backoff(agent, 0.001)
+    assert agent.join_quiet == loop.JOIN_QUIET_S
+    loop.join_backoff(agent, 0.1)
+    loop.full(agent, "drift")  # a full pass joins all that waited: the backoff ends with it
     assert agent.join_quiet == loop.JOIN_QUIET_S
