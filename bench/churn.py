@@ -3,14 +3,16 @@
 
     sudo python3 bench/churn.py [--processes 200] [--threads 25] [--write RELIABILITY.md]
 
-A stand-in launcher (comm ``pt_elastic``) starts ``--processes`` rank-like children, one after
-another (each leads a session of its own, as torchrun's ranks do); each child starts
-``--threads`` threads named ``pt_gloo_runloop`` that live ``--life`` seconds, then exits. So
-the agent (``hostd run``, default policy, scoped to the launcher's tree, temporary folders)
-sees every child become trainer (its session weighed) and every thread become comms (nice -5),
-and all of them exit again. Reported: the agent's errors (ERROR lines, tracebacks), its CPU
-time over the churn as a share of one CPU, its RSS at the start, highest and end, its action
-counts, and whether the stop restored everything (an empty journal). Never part of the tests.
+A stand-in launcher (comm ``pt_elastic``, with a rank's environment: ``RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``) starts ``--processes`` ranks, one after another, as torchrun does: each leads
+a session of its own and execs python, which starts ``--threads`` threads named
+``pt_gloo_runloop`` that live ``--life`` seconds, then exits. So the agent (``hostd run``,
+default policy, scoped to the launcher's tree, temporary folders) sees every child become a
+rank (trainer: its session weighed nice -5) and every thread become comms, and all of them exit
+again. Reported: the agent's errors (ERROR lines, tracebacks), its CPU time over the churn as
+a share of one CPU, its RSS at the start, highest and end, its action counts, and whether the
+stop restored everything (an empty journal). A run in which the agent applied nothing fails: it
+saw no job. Never part of the tests.
 """
 
 from __future__ import annotations
@@ -30,23 +32,33 @@ REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Churn (bench/churn.py)"
 CLK = os.sysconf("SC_CLK_TCK")
 
+# What torchrun gives its ranks (the launcher has it, its children inherit it), without
+# which the default policy sees no job: no rank, no trainer, no comms, nothing to apply.
+RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+
+RANK = r"""
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+per, life = int(sys.argv[1]), float(sys.argv[2])
+def work():
+    libc.prctl(15, b"pt_gloo_runloop", 0, 0, 0)
+    time.sleep(life)
+ts = [threading.Thread(target=work) for _ in range(per)]
+for t in ts: t.start()
+for t in ts: t.join()
+"""
+
 LAUNCHER = r"""
-import ctypes, os, sys, threading, time
+import ctypes, os, sys, time
 libc = ctypes.CDLL(None)
 libc.prctl(15, b"pt_elastic", 0, 0, 0)
-n, per, life = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+n, per, life, rank = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 sys.stdin.readline()  # the agent is up
 for _ in range(n):
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # a rank, as torchrun starts one: a session of its own, python exec'd
         os.setsid()
-        def work():
-            libc.prctl(15, b"pt_gloo_runloop", 0, 0, 0)
-            time.sleep(life)
-        ts = [threading.Thread(target=work) for _ in range(per)]
-        for t in ts: t.start()
-        for t in ts: t.join()
-        os._exit(0)
+        os.execv(sys.executable, [sys.executable, "-c", rank, per, str(life)])
     time.sleep(life / 4)
     os.waitpid(-1, os.WNOHANG)
 while True:
@@ -74,8 +86,9 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="hostd-churn-") as tmp:
         launcher = subprocess.Popen(
             [sys.executable, "-c", LAUNCHER, str(args.processes), str(args.threads),
-             str(args.life)],
+             str(args.life), RANK],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+            env={**os.environ, **RANK_ENV},
         )  # fmt: skip
         log = Path(tmp) / "agent.log"
         with open(log, "w") as err:  # the agent keeps its own copy of the fd
@@ -140,8 +153,11 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/churn.py needs root (the agent changes the churn's threads)")
-    text = render(run(args))
+    result = run(args)
+    text = render(result)
     print(text)
+    if not result["counters"].get("applied"):  # a churn the policy does not see measures nothing
+        sys.exit("bench/churn.py: the agent applied nothing: it saw no job in the churn")
     if args.write:
         doc = args.write.read_text()
         if SECTION in doc:
