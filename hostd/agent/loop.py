@@ -338,7 +338,7 @@ def join_backoff(agent: Agent, took: float) -> None:
     """How long the next joins wait without events, after one that took ``took`` seconds. A
     storm's own pauses (its creators waiting for a crowded CPU) outlast ``JOIN_QUIET_S``: a join
     made in one waited up to a second for the threads in flight, and the storm's forks and
-    exits, and the agent's events, waited for it (BENCHMARKS.md, "Cpuset joins in a storm")."""
+    exits, and the agent's events, waited for it (BENCHMARKS.md, "A slow join backs off")."""
     quiet = agent.join_quiet
     if took > JOIN_SLOW_S:
         agent.join_quiet = min(max(quiet * 4, JOIN_BACKOFF_S), JOIN_QUIET_MAX_S)
