@@ -57,8 +57,11 @@ sys.stdin.readline()  # the agent is up
 for _ in range(n):
     pid = os.fork()
     if pid == 0:  # a rank, as torchrun starts one: a session of its own, python exec'd
-        os.setsid()
-        os.execv(sys.executable, [sys.executable, "-c", rank, per, str(life)])
+        try:
+            os.setsid()
+            os.execv(sys.executable, [sys.executable, "-c", rank, per, str(life)])
+        finally:
+            os._exit(127)  # never back into the launcher's loop
     time.sleep(life / 4)
     os.waitpid(-1, os.WNOHANG)
 while True:
