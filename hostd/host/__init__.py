@@ -384,28 +384,35 @@ class Host:
     def job_file(self, pid: int, path: str) -> tuple[str, float] | None:
         """(The start of, when it last changed) a file a job names in its environment
         (``HOSTD_THROUGHPUT_FILE``), read as the job sees it (its root, its working folder), or
-        None. hostd reads as root and the name is the user's to write, so the kernel decides
-        whose it may be: only a regular file owned by the process's user, and only while that
-        process runs with one identity (real, effective, saved and filesystem uid the same: a
-        set-uid program started with a user's environment is refused), is read, without
-        following a link at its last step, never blocking, at most 4 KiB."""
+        None. hostd reads as root and the name is the user's to write, so nothing it names is
+        opened before the kernel has said what it is: the name is resolved with ``O_PATH``
+        (which opens no device, FIFO or socket: nothing of it runs, no watchdog arms, no tape
+        rewinds), without following a link at its last step; only a regular file owned by the
+        process's user, and only while that process runs with one identity (real, effective,
+        saved and filesystem uid the same: a set-uid program started with a user's environment
+        is refused), is then opened, through the checked descriptor itself (the same inode: a
+        rename meanwhile cannot swap it), never blocking, and at most 4 KiB read."""
         if not path or "\0" in path:
             return None
         base = paths.proc(pid, "root") if path.startswith("/") else paths.proc(pid, "cwd")
         try:
-            fd = os.open(self.path(f"{base}/{path.lstrip('/')}"),
-                         _O_READ | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)  # fmt: skip
+            where = os.open(self.path(f"{base}/{path.lstrip('/')}"),
+                            os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)  # fmt: skip
         except OSError:
             return None
         try:
-            st = os.fstat(fd)
+            st = os.fstat(where)
             if not stat.S_ISREG(st.st_mode) or self._one_uid(pid) != st.st_uid:
-                return None  # the process's identity is read after the open: it cannot race it
-            return os.read(fd, _READ_CHUNK).decode("utf-8", "replace"), st.st_mtime
+                return None  # the process's identity is read after the lookup: it cannot race it
+            fd = os.open(paths.own_fd(where), _O_READ | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                return os.read(fd, _READ_CHUNK).decode("utf-8", "replace"), st.st_mtime
+            finally:
+                os.close(fd)
         except OSError:
             return None
         finally:
-            os.close(fd)
+            os.close(where)
 
     def _one_uid(self, pid: int) -> int | None:
         """The uid a process runs as when its real, effective, saved and filesystem uids agree

@@ -35,6 +35,14 @@ def any_task(tid: int | str, name: str) -> str:
 
 
 SELF_STATUS = "proc/self/status"
+
+
+def own_fd(fd: int) -> str:
+    """The agent's own ``/proc/self/fd/N``, absolute: it names a file the agent holds (an
+    ``O_PATH`` descriptor to open for real), never a file below a host's root."""
+    return f"/proc/self/fd/{fd}"
+
+
 SELF_MOUNTINFO = "proc/self/mountinfo"
 SELF_PID_NS = "proc/self/ns/pid"
 UPTIME = "proc/uptime"

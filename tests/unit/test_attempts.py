@@ -215,6 +215,49 @@ def test_a_throughput_file_is_read_only_when_the_job_owns_it(tmp_path):
         assert host.job_file(me, str(mine)) is None  # owned by another user
 
 
+def _opens(path) -> callable:
+    """A probe of whether ``path`` is opened from now on: inotify's IN_OPEN (which a lookup with
+    O_PATH never raises); calling it says whether an open came since the last call."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(path), 0x20) >= 0  # IN_OPEN
+
+    def opened() -> bool:
+        try:
+            return len(os.read(fd, 4096)) > 0
+        except BlockingIOError:
+            return False
+
+    return opened
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a device node, files of root's")
+def test_a_device_or_fifo_a_job_names_is_never_opened(tmp_path):
+    """Issue 44.1: a job names a root-owned FIFO or device node (``/dev/watchdog`` arms a hardware
+    watchdog when opened, a tape rewinds, a serial line toggles its modem lines). The agent, as
+    root, must not open it at all, not open it and refuse it after: the kernel's IN_OPEN on the
+    node says whether it was opened. A regular file of the same owner is opened and read."""
+    host, me = Host(), os.getpid()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    dev = tmp_path / "null"
+    os.mknod(dev, 0o600 | 0o020000, os.makedev(1, 3))  # a character device, /dev/null's numbers
+    link = tmp_path / "link"
+    link.symlink_to(dev)
+    for node in (fifo, dev):
+        opened = _opens(node)
+        for name in (str(node), str(link)):
+            assert host.job_file(me, name) is None
+        assert not opened(), f"{node.name} was opened"
+    rate = tmp_path / "rate"
+    rate.write_text("7 steps/s\n")
+    opened = _opens(rate)
+    assert host.job_file(me, str(rate))[0] == "7 steps/s\n"
+    assert opened()  # the probe sees an open: the check above could fail
+
+
 @pytest.mark.parametrize(
     ("uids", "owner_is_user", "read"),
     [
