@@ -150,9 +150,10 @@ def _parse_task_key(key: str) -> tuple[int, int]:
 
 
 def live_tid(host: Host, key: str) -> int:
-    """The tid of a task key, after checking it is still the same thread (else Gone)."""
+    """The tid of a task key, after checking it is still the same thread (else Gone; a read
+    that failed otherwise raises its HostError: it says nothing of the thread)."""
     tid, start = parse_task_key(key)
-    if host.start_time(tid) != start:
+    if host.start_time(tid, strict=True) != start:
         raise Gone(errno.ESRCH, key, "the thread exited (or its tid was reused)")
     return tid
 

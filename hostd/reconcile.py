@@ -291,10 +291,20 @@ def prepare(
             if (
                 live_keys is not None
                 and knobs.is_task_key(key)
-                and knobs.parse_task_key(key) not in live_keys
+                and (ident := knobs.parse_task_key(key)) not in live_keys
             ):
-                gone.append(key)
-                continue
+                # Not seen by the scan: closed only when the kernel says the thread is gone. A
+                # failed read (EMFILE: the agent out of file descriptors) keeps the record; a
+                # thread alive but unseen (out of the agent's scope now) is given back below.
+                try:
+                    if host.start_time(ident[0], strict=True) != ident[1]:
+                        gone.append(key)
+                        continue
+                except HostError as exc:
+                    report.results.append(
+                        Result(key, "error", None, f"unseen, and not known to be gone: {exc}")
+                    )
+                    continue
             giveback.append(key)
         journal.done(gone)
 

@@ -176,7 +176,7 @@ class Agent:
         )  # fmt: skip
         self.inc.start(topo, the_plan, planner, classified)
         want = desired_state(the_plan, tasks)
-        self.exited.clear()  # (live_keys: this pass closes the records of every thread gone)
+        self.close_exited()  # their exit events said so; live_keys: the others unseen
         report = self.reconcile(want, Observed(tasks), live_keys={t.key for t in tasks})
         elapsed = time.monotonic() - started
         self.full_cost, self.last_full = elapsed, time.monotonic()

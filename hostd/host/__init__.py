@@ -240,8 +240,11 @@ class Host:
         finally:
             self._known_start = None
 
-    def start_time(self, tid: int) -> int | None:
-        """A thread's start time (clock ticks after boot), or None when it is gone.
+    def start_time(self, tid: int, strict: bool = False) -> int | None:
+        """A thread's start time (clock ticks after boot), or None when it is gone (the kernel
+        said ESRCH or ENOENT); a read that failed otherwise (EMFILE when the agent's file
+        descriptors run out) is None too, unless ``strict``: then it raises that HostError, so
+        that no caller takes a failed read for an exited thread and drops its original.
 
         Reads ``proc/TID/task/TID/stat``: for a thread that is not a group leader,
         ``proc/TID/stat`` is the whole group's file, which the kernel builds by walking every
@@ -258,6 +261,8 @@ class Host:
         try:
             text = self.read(rel)
         except OSError:
+            if strict:
+                raise
             return None
         return None if text is None else parse_stat(text).start_time
 

@@ -9,6 +9,7 @@ are changed and given back.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import pytest
 
 from hostd.agent import Agent, incremental, loop
 from hostd.agent.events import Batch
-from hostd.host import Host
+from hostd.host import Host, HostError
 from hostd.host.connector import Event, Overflow
 from hostd.reconcile import restore
 from tests.fakes import FakeCalls, host_copy
@@ -99,6 +100,36 @@ def test_a_full_pass_applies_journals_reports_and_restores(agent):
     # Restore gives every file back byte for byte.
     restored = restore(agent.host, agent.journal)
     assert restored.counts.get("restored", 0) > 0
+    assert _proc_files(agent.tree) == agent.before
+    assert len(agent.journal) == 0
+
+
+def test_a_failed_read_is_not_an_exit_no_original_is_lost(agent, monkeypatch):
+    """Issue 44.2a: with the agent's file descriptors exhausted, every /proc open fails with
+    EMFILE; the scan then misses the rank's threads. Neither the full pass nor a restore may
+    take that for an exit: their records stay (reported), and once reads work again the
+    restore gives every file back byte for byte."""
+    agent.pass_once()
+    mine = [k for k in agent.journal.recorded() if k.startswith(f"task/{RANK}@")]
+    assert mine
+    real_read = Host.read
+
+    def emfile(self, rel):
+        if rel.startswith(f"proc/{RANK}/"):
+            raise HostError(errno.EMFILE, rel, "Too many open files")
+        return real_read(self, rel)
+
+    monkeypatch.setattr(Host, "read", emfile)
+    report = agent.pass_once("drift")
+    assert RANK not in {t.tid for t in agent.cache.tasks.values()}  # the scan missed it
+    kept = [r for r in report.results if r.key in mine]
+    assert kept and {r.outcome for r in kept} == {"error"}, kept
+    assert set(mine) <= set(agent.journal.recorded())
+    restored = restore(agent.host, agent.journal)  # a stop while reads still fail
+    assert {r.outcome for r in restored.results if r.key in mine} == {"error"}
+    assert set(mine) <= set(agent.journal.recorded())
+    monkeypatch.setattr(Host, "read", real_read)
+    restore(agent.host, agent.journal)
     assert _proc_files(agent.tree) == agent.before
     assert len(agent.journal) == 0
 
@@ -473,3 +504,21 @@ def test_slow_joins_back_off_up_to_a_minute_until_quick_ones_or_a_full_pass(agen
     loop.join_backoff(agent, 0.1)
     loop.full(agent, "drift")  # a full pass joins all that waited: the backoff ends with it
     assert agent.join_quiet == loop.JOIN_QUIET_S
+
+
+@pytest.mark.parametrize(
+    ("soft", "hard", "want", "warns"),
+    [(1024, 524288, 65536, False), (512, 4096, 4096, False), (256, 256, 256, True)],
+)
+def test_the_agent_raises_its_file_limit_and_warns_below_its_need(
+    monkeypatch, caplog, soft, hard, want, warns
+):
+    """Issue 44.2: the agent's soft limit of open files goes up to what it wants (65,536) or its
+    hard limit; below 1,024 it says so."""
+    limits = [(soft, hard)]
+    monkeypatch.setattr(loop.resource, "getrlimit", lambda _: limits[-1])
+    monkeypatch.setattr(loop.resource, "setrlimit", lambda _, value: limits.append(value))
+    with caplog.at_level(logging.INFO, logger="hostd"):
+        assert loop.own_files() == want
+    assert limits[-1] == (want, hard)
+    assert any(r.levelno == logging.WARNING for r in caplog.records) == warns
