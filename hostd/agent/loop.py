@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import resource
 import time
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,10 @@ CLOSE_CHUNK = 256  # exited threads whose journal records are closed per step (a
 CLOSE_HOLD = 4096
 STATS_STEP_S = 0.001  # the layers' statistics (a sample's reads), per step, while no event waits
 STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
+# The agent's file descriptors: it raises its soft limit to this (or its hard limit, if lower;
+# the unit sets LimitNOFILE to it) and warns below FILES_MIN. It holds about 20 of its own, one
+# more per /proc read under way and at most 16 scrape connections (hostd.agent.metrics).
+FILES_WANTED, FILES_MIN = 65536, 1024
 
 
 def run(agent: Agent, once: bool = False) -> PassReport:
@@ -77,6 +82,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
     # them in cycles: the youngest generation is collected every 10,000 objects kept, not 700
     # (collections took 3.5 % of the agent's CPU in a storm of 10,000 threads/s).
     gc.set_threshold(*GC_THRESHOLD)
+    own_files()
     # hostd's own priority: in a storm of new threads it must not be starved by the very
     # threads it is placing (it uses CPU only when there are events).
     if agent.policy.agent_nice is not None:
@@ -104,6 +110,29 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         keep_to_pool(agent, leaving=True)
         finish(agent)
         lock.close()
+
+
+def own_files() -> int:
+    """Raise the agent's soft limit of open files towards ``FILES_WANTED`` (no privilege: up to
+    its hard limit), log it, and warn when it stays below ``FILES_MIN``. Out of descriptors, no
+    /proc file opens: the agent keeps every record then (a failed read is not an exit), but it
+    sees and places nothing until descriptors are free again. Returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (OSError, ValueError) as exc:
+            log.info("files: cannot raise the limit from %d to %d (%s)", soft, want, exc)
+    if soft != resource.RLIM_INFINITY and soft < FILES_MIN:
+        log.warning(
+            "files: the agent may open %d files at once, fewer than the %d it wants; raise "
+            "LimitNOFILE (systemd) or ulimit -n", soft, FILES_MIN,
+        )  # fmt: skip
+    else:
+        log.info("files limit=%d", soft)
+    return soft
 
 
 def own_priority(agent: Agent, nice: int) -> None:

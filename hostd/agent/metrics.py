@@ -7,6 +7,12 @@ scrape reads the agent's last status document (``StatusFile.last``, replaced who
 agent writes it, at most once a second): the HTTP thread never touches the agent's live state,
 and a scrape costs no read of /proc.
 
+The HTTP server is the agent's guest, and bounded so that no client can starve it (issue 44.2):
+at most ``MAX_CLIENTS`` connections at once (one thread and one file descriptor each; the next
+is closed on accept and counted), each given ``IDLE_S`` per read or write and ``DEADLINE_S`` in
+all before it is shut down; an accept that fails for want of descriptors waits a moment rather
+than spinning on the listening socket.
+
 Metric names follow Prometheus' conventions (``hostd_`` prefix, base units, ``_total`` for
 counters); README "Metrics" lists them.
 """
@@ -14,13 +20,20 @@ counters); README "Metrics" lists them.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import itertools
 import logging
 import os
+import socket
+import socketserver
+import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
@@ -213,6 +226,17 @@ class Collector:
         ):
             yield CounterMetricFamily(name, doc, value=counts.get(key, 0))
         yield from job_families(st.get("attempts") or {}, st.get("hostname", ""))
+        http = self.agent.exporter.connections()
+        yield CounterMetricFamily(
+            "hostd_metrics_connections_refused",
+            f"Scrape connections shut down or closed to make room ({MAX_CLIENTS} at once).",
+            value=http["refused"],
+        )
+        yield CounterMetricFamily(
+            "hostd_metrics_connections_expired",
+            f"Scrape connections shut down after {DEADLINE_S:g} s.",
+            value=http["expired"],
+        )
         own = st.get("self") or {}
         yield CounterMetricFamily(
             "hostd_agent_cpu_seconds", "CPU time the agent itself used.",
@@ -278,10 +302,104 @@ def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:
     yield from (info, gpus, cpu, wait, util, rate)
 
 
+# The exporter's bounds: connections at once, seconds a read or write may wait, seconds a
+# connection may last in all (a scrape takes milliseconds; Prometheus' own timeout is 10 s).
+MAX_CLIENTS = 8
+IDLE_S = 5.0
+DEADLINE_S = 15.0
+# Accept's errors that mean "out of descriptors or memory now": wait, do not spin.
+_SCARCE = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = IDLE_S  # StreamRequestHandler: every read and write of the connection
+
+    def log_message(self, format, *args) -> None:
+        """Scrapes are not logged (a line per scrape)."""
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    """A WSGI server whose connections are counted, timed and bounded (module docstring)."""
+
+    daemon_threads = True
+    block_on_close = False  # a stop does not wait for a slow client
+    request_queue_size = 64  # listen(2)'s backlog: a burst waits in the kernel, not in the agent
+
+    def __init__(self, address: tuple[str, int], handler: type) -> None:
+        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
+        self.live: dict[socket.socket, float] = {}  # each connection: when it was accepted
+        self.lock = threading.Lock()
+        self.ended: set[socket.socket] = set()  # shut down, their threads not done yet
+        self.refused = 0  # connections ended to make room, or closed at once
+        self.expired = 0  # connections shut down at DEADLINE_S
+        super().__init__(address, handler)
+
+    def get_request(self):
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in _SCARCE:
+                time.sleep(0.2)  # the listener stays readable: without this, a busy loop
+            raise  # (socketserver drops a failed accept and polls again)
+
+    def verify_request(self, request, client_address) -> bool:
+        """Room for this connection: at ``MAX_CLIENTS`` the oldest is shut down for it (a
+        scrape takes milliseconds, so the oldest is the idlest: a client holding connections
+        open cannot lock Prometheus out); at twice that (the shut ones not closed yet) it is
+        closed at once."""
+        with self.lock:
+            if len(self.live) >= 2 * MAX_CLIENTS:
+                self.refused += 1
+                return False  # closed by the caller at once
+            open_now = [sock for sock in self.live if sock not in self.ended]
+            oldest = (
+                min(open_now, key=self.live.__getitem__) if len(open_now) >= MAX_CLIENTS else None
+            )
+            self.live[request] = time.monotonic()
+        if oldest is not None:
+            self._shut(oldest)
+            self.refused += 1
+        return True
+
+    def _shut(self, sock: socket.socket) -> None:
+        """End a connection: its thread reads the end of the stream and closes it."""
+        with self.lock:
+            if sock not in self.live:
+                return  # closed meanwhile
+            self.ended.add(sock)
+            with contextlib.suppress(OSError):  # its client went first
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that timed out, went away or was ended is no error of the agent's: no
+        traceback on its log."""
+        log.debug("metrics: a connection from %s ended early", client_address[0])
+
+    def close_request(self, request) -> None:
+        with self.lock:
+            self.live.pop(request, None)
+            self.ended.discard(request)
+        super().close_request(request)
+
+    def service_actions(self) -> None:
+        """Between polls of the listener (every half second): shut down the connections that
+        outlived ``DEADLINE_S`` (a client sending a byte every few seconds)."""
+        now = time.monotonic()
+        with self.lock:
+            late = [
+                sock
+                for sock, since in self.live.items()
+                if now - since > DEADLINE_S and sock not in self.ended
+            ]
+        for sock in late:
+            self.expired += 1  # counted first: the client sees the end at once
+            self._shut(sock)
+
+
 class Exporter:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.server = None
+        self.server: _Server | None = None
         self.address: tuple[str, int] | None = None
 
     def start(self) -> None:
@@ -297,13 +415,25 @@ class Exporter:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(Collector(self.agent))  # type: ignore[arg-type]
         try:
-            self.server, _thread = start_http_server(port, address, registry)
+            self.server = make_server(
+                address, port, make_wsgi_app(registry), _Server, handler_class=_Handler
+            )
         except (OSError, OverflowError, ValueError) as exc:
             log.warning("metrics: cannot listen on %s:%d (%s): no exporter", address, port,
                         getattr(exc, "strerror", None) or exc)  # fmt: skip
             return
+        threading.Thread(
+            target=self.server.serve_forever, name="hostd-metrics", daemon=True
+        ).start()
         self.address = (address, self.server.server_address[1])
         log.info("metrics http://%s:%d/metrics", *self.address)
+
+    def connections(self) -> dict[str, int]:
+        """Connections open now, ended to make room for others, and ended at the deadline."""
+        srv = self.server
+        if srv is None:
+            return {"open": 0, "refused": 0, "expired": 0}
+        return {"open": len(srv.live), "refused": srv.refused, "expired": srv.expired}
 
     def stop(self) -> None:
         if self.server is not None:

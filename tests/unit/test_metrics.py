@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import socket
+import threading
 import time
+import types
 import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostd.agent import Agent
+from hostd.agent import Agent, metrics
 from hostd.host import Host
 from hostd.policy import PolicyError, parse_policy
 from hostd.reconcile import PassReport
@@ -70,6 +76,102 @@ def test_a_scrape_says_what_the_status_says(tmp_path):
         agent.status.close()
     with pytest.raises(OSError):
         scrape(st["metrics"])  # stopped: nothing listens
+
+
+def _observer(tmp_path) -> Agent:
+    tree = host_copy(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    return Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
+                 run_dir=tmp_path / "r", mode="observe", allow_insecure_policy=True)  # fmt: skip
+
+
+def _server_fds(exclude: set[int]) -> int:
+    """This process's open sockets, less the ones the test holds (the exporter's, so)."""
+    found = 0
+    for n in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor
+            found += int(n) not in exclude and os.readlink(f"/proc/self/fd/{n}").startswith(
+                "socket:"
+            )
+    return found
+
+
+def test_idle_connections_cannot_take_the_agents_descriptors(tmp_path):
+    """Issue 44.2b: 100 connections opened and left idle (each cost the agent a thread and a
+    descriptor, without limit, and ran it out of descriptors). Now the exporter holds at most
+    twice MAX_CLIENTS of them, the newest ending the oldest, so a scrape still gets through
+    while all 100 are held."""
+    agent = _observer(tmp_path)
+    agent.exporter.start()
+    clients: list[socket.socket] = []
+    try:
+        agent.pass_once()
+        port = agent.exporter.address[1]
+        threads, base = threading.active_count(), _server_fds(set())
+        for _ in range(100):
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            clients.append(c)
+        mine = {c.fileno() for c in clients}
+
+        def settled() -> bool:
+            return agent.exporter.connections()["refused"] >= 100 - 2 * metrics.MAX_CLIENTS
+
+        deadline = time.monotonic() + 30  # bounds a failure only
+        while not settled() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert settled(), agent.exporter.connections()
+        got = scrape(agent.status.last["metrics"])  # the oldest idle one made room for it
+        assert got[("hostd_metrics_connections_refused_total", ())] >= 100 - 16
+        assert agent.exporter.connections()["open"] <= 2 * metrics.MAX_CLIENTS
+        assert threading.active_count() - threads <= 2 * metrics.MAX_CLIENTS
+        assert _server_fds(mine) - base <= 2 * metrics.MAX_CLIENTS
+    finally:
+        for c in clients:
+            c.close()
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
+
+
+def test_a_connection_past_its_deadline_is_ended(tmp_path, monkeypatch):
+    """A client that sends a byte now and then (each read within IDLE_S) is ended at DEADLINE_S."""
+    monkeypatch.setattr(metrics, "DEADLINE_S", 0.0)
+    agent = _observer(tmp_path)
+    agent.exporter.start()
+    try:
+        c = socket.create_connection(("127.0.0.1", agent.exporter.address[1]), timeout=30)
+        c.sendall(b"GET /metr")  # and nothing more: the handler waits for the rest
+        assert c.recv(1) == b""  # shut down by the server (the timeout only bounds a failure)
+        assert agent.exporter.connections()["expired"] >= 1
+        c.close()
+    finally:
+        agent.exporter.stop()
+        agent.journal.close()
+        agent.status.close()
+
+
+def test_out_of_descriptors_the_accept_loop_waits(monkeypatch):
+    """At EMFILE the listener stays readable: socketserver would retry at once, a busy loop (95 %
+    of a CPU). The server waits a moment after each such failure, and raises it (dropped)."""
+    slept = []
+    monkeypatch.setattr(metrics.time, "sleep", slept.append)
+    server = metrics._Server(("127.0.0.1", 0), metrics._Handler)
+    listener = server.socket
+
+    def emfile():
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    try:
+        server.socket = types.SimpleNamespace(accept=emfile)
+        with pytest.raises(OSError):
+            server.get_request()
+        assert slept and slept[0] >= 0.1
+    finally:
+        server.socket = listener
+        server.server_close()
 
 
 def test_the_metrics_table_is_validated():
