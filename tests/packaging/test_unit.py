@@ -109,3 +109,8 @@ def test_unit_says_what_hostd_needs():
     ):
         assert key not in s, key
     assert s["WantedBy"] == ["multi-user.target"]
+    # The agent's file limit as the agent wants it (issue 44.2), and the exporter's sockets.
+    from hostd.agent.loop import FILES_WANTED
+
+    assert s["LimitNOFILE"] == [str(FILES_WANTED)]
+    assert {"AF_INET", "AF_INET6"} <= set(" ".join(s["RestrictAddressFamilies"]).split())
