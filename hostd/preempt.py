@@ -42,7 +42,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
+from hostd.model.node import Place, place
 from hostd.policy import Guard, Policy, Preempt
 
 Key = tuple[int, int]  # (tid, start_time)
@@ -91,6 +93,23 @@ class Decisions:
         return bool(self.demote or self.release or self.boost or self.runaway)
 
 
+def why_place_kept(where: Place, keep: Preempt) -> str | None:
+    """Why a process in ``where`` keeps its session from demotion, by what it is on the node
+    (``[preempt] keep_*``), or None."""
+    if where.kind in keep.keep_kinds:
+        return f"node infrastructure: {where.line()} ([preempt] keep_kinds)"
+    if where.kind == "pod":
+        if where.namespace and where.namespace in keep.keep_namespaces:
+            return f"node infrastructure: {where.line()} ([preempt] keep_namespaces)"
+        if where.static and keep.keep_static_pods:
+            return f"node infrastructure: static {where.line()} ([preempt] keep_static_pods)"
+    if where.unit and any(fnmatchcase(where.unit, pattern) for pattern in keep.keep_units):
+        return f"{where.line()} ([preempt] keep_units)"
+    if where.kind == "login" and where.uid in keep.keep_logins_of:
+        return f"an operator's {where.line()} ([preempt] keep_logins_of)"
+    return None
+
+
 def why_kept(
     sid: int,
     *,
@@ -99,13 +118,21 @@ def why_kept(
     own_sid: int,
     protected: frozenset[str],
     shielding: frozenset[str],
+    places: Iterable[Place] = (),
+    keep: Preempt | None = None,
 ) -> str | None:
     """Why session ``sid`` must never be demoted (None: it may be). ``layers``: the layers of
-    its threads; ``tty``: one of its processes has a controlling terminal."""
+    its threads; ``tty``: one of its processes has a controlling terminal; ``places``: where
+    its processes are on the node, judged by ``keep`` (``why_place_kept``)."""
     if sid in (0, 1):
         return "the kernel's or init's session"
     if sid == own_sid:
         return "hostd's own session"
+    if keep is not None:
+        for where in sorted(set(places), key=lambda p: (p.kind, p.unit)):
+            why = why_place_kept(where, keep)
+            if why is not None:
+                return why
     if tty:
         return "an interactive session (it has a controlling terminal)"
     names = set(layers)
@@ -119,15 +146,26 @@ def why_kept(
 
 
 def why_group_kept(
-    path: str, members: Mapping[int, int | None] | None, demoted: Iterable[int]
+    path: str,
+    members: Mapping[int, int | None] | None,
+    demoted: Iterable[int],
+    writable: Iterable[str] = (),
 ) -> str | None:
     """Why the cgroup at ``path`` of a demoted session must not be weighed down as a whole
     (None: it may be). ``members``: the session of every process in it and below it (None for
     a process hostd does not know: outside its scope, or too new), or None when they could not
     all be listed. Only a cgroup that holds nothing but demoted sessions yields as a whole: a
-    job's thread, an operator's shell, a service or another tenant's idle work in it keeps it."""
+    job's thread, an operator's shell, a service or another tenant's idle work in it keeps it.
+    And only a cgroup of a kind in ``writable`` (the policy's ``[cgroups] write``): every other
+    is its manager's (systemd's units, the kubelet's pods, a runtime's containers)."""
     if path.strip("/") == "":
         return "the root cgroup"
+    where = place(path)
+    if where.kind not in writable:
+        return (
+            f"it is another manager's ({where.line()}); the policy's [cgroups] write does not "
+            f"list {where.kind!r}"
+        )
     if members is None:
         return "its processes could not all be listed"
     if not members:

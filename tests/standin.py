@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from hostd.model.node import place
 from hostd.model.tasks import Process, Task
 from hostd.tasks import joined
 
@@ -77,6 +78,9 @@ def build(procs: list[Proc]) -> list[Thread]:
             is_kthread=False,
             session=pids[p.session] if p.session else pid,
             env=tuple(sorted(p.env.items())),
+            node=place(p.cgroup).with_pod(*NAMESPACES[p.cgroup])
+            if p.cgroup in NAMESPACES
+            else place(p.cgroup),
         )
     for pid in sorted(values):  # parents have smaller pids here
         values[pid] = joined(values[pid], values)
@@ -109,10 +113,18 @@ def activity(does: list[str]) -> str:
 # -- the pieces of a node -------------------------------------------------------------------
 SLURM = "/system.slice/slurmstepd.scope/job_4242/step_0"
 SLURM_V1 = "/slurm/uid_1000/job_4242/step_0"  # cgroup v1 (proctrack/cgroup, task/cgroup)
-POD = "/kubepods.slice/kubepods-pod6f1c2d.slice/cri-containerd-9a8b.scope"  # systemd driver
-POD_CGROUPFS = "/kubepods/burstable/pod6f1c2d/9a8b"  # the cgroupfs driver
-DOCKER = "/system.slice/docker-3c4d5e.scope"  # docker run, systemd driver
-SERVICES_POD = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77aa.slice"
+# Real ids: a container's is 64 hex digits, a pod's a UUID (dashes as "_" in systemd's names).
+JOB_POD, JOB_CTR = "6f1c2d3e-4b5a-4c6d-8e7f-0a1b2c3d4e5f", "9a8b" * 16
+POD = (  # systemd driver
+    f"/kubepods.slice/kubepods-pod{JOB_POD.replace('-', '_')}.slice/cri-containerd-{JOB_CTR}.scope"
+)
+POD_CGROUPFS = f"/kubepods/burstable/pod{JOB_POD}/{JOB_CTR}"  # the cgroupfs driver
+DOCKER = f"/system.slice/docker-{'3c4d5e' * 10}3c4d.scope"  # docker run, systemd driver
+SERVICES_POD = (  # the GPU operator's daemon set pod (namespace from containerd's record)
+    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod77aa0000_1111_2222_3333_"
+    f"444455556666.slice/cri-containerd-{'77aa' * 16}.scope"
+)
+NAMESPACES = {SERVICES_POD: ("gpu-operator", "nvidia-dcgm-exporter-x7k2p")}
 
 
 def services(k8s: bool = False) -> list[Proc]:
@@ -174,8 +186,8 @@ def services(k8s: bool = False) -> list[Proc]:
             "smi",
             "nvidia-smi",
             "shell",
-            "gpu-services",
-            "another user's GPU tool, no job",
+            "rest",
+            "another user's GPU tool, no job: their work, like any (preempted if busy)",
             uid=1001,
             cgroup="/user.slice/user-1001.slice/session-4.scope",
             fds=gpus,

@@ -32,7 +32,9 @@ from pathlib import Path
 
 from hostd.host import Host
 from hostd.host.cgroupfs import read_cgroup_layout
-from tests.standin import Proc, activity
+from hostd.host.parsers import parse_pod_spec
+from hostd.model.node import place
+from tests.standin import NAMESPACES, Proc, activity
 
 NULL_MAJOR = os.major(os.stat("/dev/null").st_rdev)
 # The node's processes run as other users too: an interpreter they may run (a virtual
@@ -136,6 +138,7 @@ class LiveNode:
         self.pids: dict[str, int] = {}
         self.made: list[Path] = []  # cgroup directories made, parents first
         self.mount = self._cgroup_mount()
+        self.runtime = self.tmp / "containerd"  # its bundles by container id (driver_host)
 
     @staticmethod
     def _cgroup_mount() -> Path | None:
@@ -222,6 +225,19 @@ class LiveNode:
             self.__exit__(None, None, None)
             raise RuntimeError(f"the stand-in node started {len(self.pids)} of {len(self.procs)}")
         self.pids.pop("")
+        # The container runtime's record of each pod container that has one (its namespace),
+        # as containerd writes it into the container's bundle: read by ``driver_host``.
+        for proc in self.procs:
+            where = place(proc.cgroup)
+            if proc.cgroup in NAMESPACES and where.container:
+                bundle = self.runtime / where.container
+                bundle.mkdir(parents=True, exist_ok=True)
+                namespace, pod = NAMESPACES[proc.cgroup]
+                (bundle / "config.json").write_text(json.dumps({"annotations": {
+                    "io.kubernetes.cri.container-type": "container",
+                    "io.kubernetes.cri.sandbox-namespace": namespace,
+                    "io.kubernetes.cri.sandbox-name": pod,
+                }}))  # fmt: skip
         # Into their cgroups, from here (root): a process of another user may not move itself
         for proc in self.procs:
             where = self._cgroup_dir(proc.cgroup)
@@ -261,11 +277,19 @@ class LiveNode:
                     time.sleep(0.1)  # a killed process still leaving it (EBUSY)
 
 
-def driver_host() -> Host:
-    """The live host, whose driver table names /dev/null's major as NVIDIA's frontend."""
+def driver_host(runtime: Path | None = None) -> Host:
+    """The live host, whose driver table names /dev/null's major as NVIDIA's frontend, and
+    whose container runtime's state (``runtime``: ``LiveNode.runtime``, containerd's bundles by
+    container id) is the node's: the facts this machine lacks."""
 
     class DriverHost(Host):
         def char_majors(self) -> dict[int, str]:
             return {**super().char_majors(), NULL_MAJOR: "nvidia-frontend"}
+
+        def pod_of(self, container: str) -> tuple[str, str, bool] | None:
+            if runtime is None:
+                return super().pod_of(container)
+            spec = runtime / container / "config.json"
+            return parse_pod_spec(spec.read_text()) if spec.exists() else None
 
     return DriverHost()

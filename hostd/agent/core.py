@@ -203,7 +203,7 @@ class Agent:
         # A layer's first member: the layer's CPUs first; on v2, a member from a home cgroup
         # without the layer's cpuset: that cpuset first.
         reason = "grow" if inc.check_sizes(self.policy, self.sizer.planned()) else ""
-        if reason or inc.homeless(items):
+        if reason or inc.homeless(items, self.policy):
             first = self.relayer(reason or "home", inc.why, homes_only=not reason)
             done = {knobs.parse_task_key(r.key) for r in first.results if knobs.is_task_key(r.key)}
             items = [i for i in items if i.task.key not in done]

@@ -47,7 +47,7 @@ from hostd.model.topology import Topology
 from hostd.plan import NumaPlan, Plan, TaskPlan, TaskPlanner, layer_want, may_touch, smt_width_of
 from hostd.plan.cpufreq import plan_cpufreq
 from hostd.plan.irq import plan_irqs
-from hostd.plan.layers import plan_cpusets, plan_layers
+from hostd.plan.layers import may_split, plan_cpusets, plan_layers
 from hostd.plan.numa import _target_node
 from hostd.plan.values import LayerPlan
 from hostd.policy import Policy
@@ -276,10 +276,10 @@ class Incremental:
             self.why = shrink
         return False
 
-    def homeless(self, items: list[Classified]) -> bool:
+    def homeless(self, items: list[Classified], policy: Policy) -> bool:
         """On cgroup v2: whether one of these members of a layer with CPUs of its own lives in a
-        home cgroup without that layer's cpuset (``G/hostd.<layer>``) yet; ``relayer`` makes it
-        (``why`` says which)."""
+        home cgroup without that layer's cpuset (``G/hostd.<layer>``) yet, where the policy lets
+        hostd make one (``may_split``); ``relayer`` makes it (``why`` says which)."""
         planner = self.planner
         if planner is None or not planner.v2:
             return False
@@ -289,7 +289,7 @@ class Incremental:
                 continue
             if item.task.tid in self.members.get(name, ()):
                 home = home_of(cpuset)
-                if v2_group(home, name) not in planner.groups:
+                if v2_group(home, name) not in planner.groups and may_split(home, policy):
                     self.why = f"layer={name} home={home}"
                     return True
         return False

@@ -5,8 +5,8 @@ reaped children's, and its leader's state) and, for the processes that ran or ar
 threads of demoted sessions and hostd's real-time threads, one ``schedstat`` and one ``stat``
 (its state) per thread: ``hostd.preempt.Sample``-s for ``Watch.update``, every session's
 processes, and the CPUs each session's preemptible processes used since the last tick.
-``kept`` asks ``hostd.preempt.why_kept`` whether a session must be left alone (a terminal, the
-job's own layers, the agent's own session).
+``kept`` asks ``hostd.preempt.why_kept`` whether a session must be left alone (the node's
+infrastructure, by the node model; a terminal, the job's own layers, the agent's own session).
 """
 
 from __future__ import annotations
@@ -107,11 +107,14 @@ class Sampler:
             for tid in cache.members.get(pid, ())
             if (item := agent.inc.classified.get(tid)) is not None
         }
+        procs = [cache.procs[pid] for pid in pids if pid in cache.procs]
         return why_kept(
             sid,
             layers=layers,
-            tty=any(cache.procs[pid].tty for pid in pids if pid in cache.procs),
+            tty=any(proc.tty for proc in procs),
             own_sid=self.own_sid,
             protected=agent.policy.protected,
             shielding=self.loop.shielding,
+            places=(proc.node for proc in procs),
+            keep=agent.policy.preempt,
         )

@@ -92,7 +92,7 @@ class GroupWeights:
             if key in self.groups:
                 self.groups[key].add(sid)
                 continue
-            why = why_group_kept(path, self.members(path), demoted)
+            why = why_group_kept(path, self.members(path), demoted, agent.policy.cgroups_write)
             if why is None and knobkinds.check_key(key) is not None:
                 why = "its name is not a plain cgroup path"
             if why is not None:
@@ -220,6 +220,11 @@ class GroupWeights:
             if key == group.HOME_KEY:
                 continue
             path = path_of(key)
-            why = why_group_kept(path, self.members(path), self.loop.watch.demoted)
+            why = why_group_kept(
+                path,
+                self.members(path),
+                self.loop.watch.demoted,
+                self.loop.agent.policy.cgroups_write,
+            )
             if why is not None:
                 self.release([key], why)

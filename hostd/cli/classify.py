@@ -28,6 +28,7 @@ from hostd.cli.common import (
     show,
     snapshot,
 )
+from hostd.model.node import KINDS as NODE_KINDS
 
 
 def _row(item: Classified) -> dict:
@@ -153,6 +154,7 @@ def explain(
                 ],
                 "preempt": preempt_lines,
                 "job": task.job_line(),
+                "node": {"kind": task.process.node.kind, "line": task.process.node.line()},
             }
         )
         return
@@ -163,6 +165,7 @@ def explain(
     )
     job = task.job_line()
     out.print(f"job: {job}" if job else "job: none (no launcher, Slurm step or job environment)")
+    out.print(f"on the node: {p.node.line()} ({NODE_KINDS[p.node.kind]})")
     layer = snap.policy.layer(ex.layer)
     group = layer.match[ex.group]
     why = " and ".join(pr.describe() for pr in group) or "the catch-all (matches every thread)"
@@ -206,6 +209,8 @@ def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:
         own_sid=agent_sid,
         protected=snap.policy.protected,
         shielding=hostd.preempt.shielding_layers(snap.policy),
+        places=(c.task.process.node for c in mates),
+        keep=snap.policy.preempt,
     )
     return hostd.preempt.explain(
         snap.policy, layer, tid=task.tid, session=sid, kept_because=kept, live=live

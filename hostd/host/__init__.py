@@ -32,6 +32,8 @@ from hostd.host.parsers import (
     parse_cpu_times,
     parse_involuntary,
     parse_io_writes,
+    parse_logind_session,
+    parse_pod_spec,
     parse_pressure,
     parse_schedstat,
     parse_stat,
@@ -39,6 +41,7 @@ from hostd.host.parsers import (
     parse_syscall,
     split_stat,
 )
+from hostd.model.node import HEX64
 from hostd.model.tasks import activity_of
 
 __all__ = ["Gone", "Host", "HostError", "NotPermitted", "NvmlInfo", "Unchangeable"]
@@ -65,6 +68,7 @@ class Host:
         self._prefix = "/" if self.root == "/" else self.root.rstrip("/") + "/"
         self._nvml: tuple[NvmlInfo | None, str] | None = None
         self._known_start: dict[int, int] | None = None
+        self._pods: dict[str, tuple[str, str, bool]] = {}  # container id -> its pod (pod_of)
         # The kernel's machine name (its system call numbers); a fixture tree's is x86_64.
         self.machine = os.uname().machine if self.root == "/" else "x86_64"
 
@@ -427,6 +431,37 @@ class Host:
                 uids = set(line.split()[1:5])
                 return int(uids.pop()) if len(uids) == 1 else None
         return None
+
+    def pod_of(self, container: str) -> tuple[str, str, bool] | None:
+        """(namespace, name, static) of the Kubernetes pod a container belongs to, from its
+        runtime's own record (containerd's CRI bundle, CRI-O's, dockerd's: root's files), or
+        None. ``container`` is the 64 hex digits its cgroup path names, nothing a user writes.
+        Kept for the life of this Host (a container's pod never changes)."""
+        if container in self._pods:
+            return self._pods[container]
+        if not HEX64.fullmatch(container):
+            return None
+        found = None
+        for rel in (
+            paths.containerd_bundle(container),
+            paths.crio_bundle(container),
+            paths.docker_container(container),
+        ):
+            text = self.read_quiet(rel)
+            if text and (found := parse_pod_spec(text)) is not None:
+                break
+        if found is not None:  # (not yet written: asked again next time)
+            if len(self._pods) >= 4096:
+                self._pods.clear()
+            self._pods[container] = found
+        return found
+
+    def login_of(self, session: str) -> tuple[str, bool, int | None] | None:
+        """(PAM service, has a terminal, uid) of logind's login session ``session``, or None."""
+        if not session.isalnum():
+            return None
+        text = self.read_quiet(paths.logind_session(session))
+        return parse_logind_session(text) if text else None
 
     def thread_state(self, pid: int, tid: int) -> str | None:
         """A thread's state letter (proc(5): 'R' runnable, 'S' sleeping, ...), or None."""

@@ -3,12 +3,14 @@
 Each function takes the text of one kernel file and returns plain values. Formats follow
 proc(5) (``/proc/PID/stat``, ``status``, ``cgroup``, ``mountinfo``, ``interrupts``), the
 scheduler's ``schedstat`` (Documentation/scheduler/sched-stats.rst) and the sysfs ABI documents
-under Documentation/ABI. Called by ``hostd.host.Host`` readers, by the topology and task
-snapshot builders and by ``hostd.stats``.
+under Documentation/ABI; also the node's managers' records that the node model reads (a
+container runtime's OCI spec, a logind session). Called by ``hostd.host.Host`` readers, by the
+topology and task snapshot builders and by ``hostd.stats``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -410,3 +412,44 @@ def parse_preemption(
     if version and not dynamic:
         return Preemption("none", False, "the kernel version (none or voluntary)")
     return Preemption(None, dynamic, "not readable here")
+
+
+def parse_pod_spec(text: str) -> tuple[str, str, bool] | None:
+    """(namespace, pod name, static) of a pod's container from its runtime's record: an OCI
+    spec's ``annotations`` (containerd's CRI: ``io.kubernetes.cri.sandbox-*``; CRI-O:
+    ``io.kubernetes.pod.*``, the pod's own annotations in ``io.kubernetes.cri-o.Annotations``)
+    or dockerd's ``Config.Labels`` (cri-dockerd: ``io.kubernetes.pod.*``, the pod's annotations
+    as ``annotation.*`` labels). A static pod is one whose ``kubernetes.io/config.source`` is
+    ``file`` (the kubelet's manifests), where the runtime keeps the pod's annotations. None
+    when the text says no pod."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    found: dict = {}
+    for table in (doc.get("annotations"), (doc.get("Config") or {}).get("Labels")):
+        if isinstance(table, dict):
+            found.update({k: v for k, v in table.items() if isinstance(v, str)})
+    namespace = found.get("io.kubernetes.cri.sandbox-namespace") or found.get(
+        "io.kubernetes.pod.namespace", ""
+    )
+    name = found.get("io.kubernetes.cri.sandbox-name") or found.get("io.kubernetes.pod.name", "")
+    if not namespace:
+        return None
+    source = found.get("annotation.kubernetes.io/config.source", "")
+    if not source and found.get("io.kubernetes.cri-o.Annotations"):
+        try:
+            pod = json.loads(found["io.kubernetes.cri-o.Annotations"])
+            source = pod.get("kubernetes.io/config.source", "") if isinstance(pod, dict) else ""
+        except ValueError:
+            source = ""
+    return namespace, name, source == "file"
+
+
+def parse_logind_session(text: str) -> tuple[str, bool, int | None]:
+    """(PAM service, has a terminal, uid) of a logind session record (KEY=VALUE lines)."""
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    uid = fields.get("UID", "")
+    return fields.get("SERVICE", ""), bool(fields.get("TTY")), int(uid) if uid.isdigit() else None

@@ -116,3 +116,28 @@ CPU_DMA_LATENCY = "dev/cpu_dma_latency"  # PM QoS (admin-guide/pm/cpuidle.rst)
 def boot_config(release: str) -> str:
     """The kernel's build configuration as distributions install it."""
     return f"boot/config-{release}"
+
+
+# --- The node's managers' own state (read only, root's files): the node model -----------------
+
+
+def containerd_bundle(container: str) -> str:
+    """The OCI bundle's spec of a container of containerd's CRI (``k8s.io`` namespace): its
+    annotations say the pod (``io.kubernetes.cri.sandbox-namespace``, ``-name``)."""
+    return f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{container}/config.json"
+
+
+def crio_bundle(container: str) -> str:
+    """CRI-O's OCI spec of a container (``io.kubernetes.pod.namespace``, ``.name``, and the
+    pod's own annotations in ``io.kubernetes.cri-o.Annotations``)."""
+    return f"run/containers/storage/overlay-containers/{container}/userdata/config.json"
+
+
+def docker_container(container: str) -> str:
+    """dockerd's record of a container (cri-dockerd's pods: labels ``io.kubernetes.pod.*``)."""
+    return f"var/lib/docker/containers/{container}/config.v2.json"
+
+
+def logind_session(session: str) -> str:
+    """logind's record of login session N (``SERVICE=``, ``TTY=``, ``UID=``)."""
+    return f"run/systemd/sessions/{session}"

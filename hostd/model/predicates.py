@@ -137,6 +137,48 @@ _SPECS = (
         "activity",
         shown=lambda t: f"{t.activity}: {ACTIVITIES[t.activity]}" if t.activity else False,
     ),
+    # The node model (hostd.model.node): from the cgroup path, which only root and the node's
+    # managers make, read from the root down, and the managers' own records (a container
+    # runtime's OCI spec, logind's sessions).
+    PredicateSpec(
+        "node",
+        "strings",
+        "in",
+        lambda t: t.process.node.kind,
+        "on the node",
+        False,
+        "node",
+        shown=lambda t: t.process.node.line(),
+    ),
+    PredicateSpec("unit", "strings", "in", lambda t: t.process.node.unit, "systemd unit", False),
+    PredicateSpec(
+        "pod_namespace",
+        "strings",
+        "in",
+        lambda t: t.process.node.namespace,
+        "pod namespace",
+        False,
+    ),
+    PredicateSpec(
+        "pod_qos", "strings", "in", lambda t: t.process.node.qos, "pod QoS class", False, "qos"
+    ),
+    PredicateSpec("static_pod", "bool", "is", lambda t: t.process.node.static, "static pod", False),
+    PredicateSpec(
+        "login_service",
+        "strings",
+        "in",
+        lambda t: t.process.node.login,
+        "login's PAM service",
+        False,
+    ),
+    PredicateSpec(
+        "login_tty",
+        "bool",
+        "is",
+        lambda t: t.process.node.login_tty,
+        "login with a terminal (logind)",
+        False,
+    ),
     PredicateSpec(
         "session_leader",
         "bool",

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hostd.model.jobs import Job
+from hostd.model.node import ROOT, Place
 
 # Scheduling policies by number (include/uapi/linux/sched.h).
 POLICY_NAMES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline", 7: "ext"}
@@ -75,6 +76,7 @@ class Process:
     tty: bool = False  # it has a controlling terminal (an interactive session's process)
     env: tuple[tuple[str, str], ...] = ()  # its job variables (hostd.model.jobs.JOB_VARS)
     job: Job | None = None  # its training job and role there (hostd.model.jobs.job_of)
+    node: Place = ROOT  # what it is on the node (hostd.model.node)
 
     @property
     def gpu(self) -> bool:

@@ -58,7 +58,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from hostd.classify import Classified
-from hostd.model.cpus import home_of
+from hostd.model.cpus import home_of, v2_group
 from hostd.model.topology import Topology
 from hostd.plan.cpufreq import plan_cpufreq
 from hostd.plan.cpus import layer_want, pool_reserve, smt_width_of
@@ -175,7 +175,12 @@ def plan(
     decider.cpuset_pids.update(
         item.task.pid
         for item in touchable
-        if item.layer in with_cpuset and (v2 or home_of(item.task.process.cpuset) == "/")
+        if item.layer in with_cpuset
+        and (
+            v2_group(home_of(item.task.process.cpuset), item.layer) in groups
+            if v2
+            else home_of(item.task.process.cpuset) == "/"
+        )
     )
     base_of = base_affinity or {}
     task_plans: list[TaskPlan] = []

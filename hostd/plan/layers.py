@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from hostd.model.cpus import CPUSET_ROOT, v2_group
+from hostd.model.node import place as node_place
 from hostd.model.topology import Topology
 from hostd.plan.cpus import _Allocator, _split, layer_want, pool_reserve, smt_width_of
 from hostd.plan.sizing import place
@@ -142,6 +143,15 @@ def plan_cpusets(
     groups: dict[str, CpusetPlan] = {}
     for name, cs in cpuset_of.items():
         for home in (homes or {}).get(name, ()):
-            path = v2_group(home, name)
-            groups[path] = CpusetPlan(name, path, cs.cpus, cs.mems)
+            if may_split(home, policy):
+                path = v2_group(home, name)
+                groups[path] = CpusetPlan(name, path, cs.cpus, cs.mems)
     return groups
+
+
+def may_split(home: str, policy: Policy) -> bool:
+    """Whether hostd may make its v2 cpusets in ``home``: the root, or a cgroup of a kind the
+    policy's ``[cgroups] write`` lists (any other is a manager's: systemd's units, the kubelet's
+    pods, a container runtime's, Slurm's steps; there the layer's threads get their affinity
+    only, which applies in every cgroup)."""
+    return home == "/" or node_place(home).kind in policy.cgroups_write

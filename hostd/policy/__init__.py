@@ -29,6 +29,8 @@ from importlib import resources
 from pathlib import Path
 
 from hostd.model.jobs import ROLES
+from hostd.model.node import KINDS as NODE_KINDS
+from hostd.model.node import QOS
 from hostd.model.predicates import PREDICATES as PREDICATE_SPECS
 from hostd.model.tasks import ACTIVITIES
 from hostd.policy.positions import position
@@ -72,6 +74,13 @@ BOOL_PREDICATES = _taking("bool")
 PREDICATES = tuple(PREDICATE_SPECS)
 # Predicates any unprivileged user controls for their own threads (see the table).
 USER_CONTROLLED = frozenset(name for name, s in PREDICATE_SPECS.items() if s.user_controlled)
+# A predicate's ``rule`` that admits only some words: (what they are, the words).
+_CHOICES = {
+    "role": ("a job role", ROLES),
+    "activity": ("an activity", tuple(ACTIVITIES)),
+    "node": ("a node kind", tuple(NODE_KINDS)),
+    "qos": ("a pod QoS class", QOS),
+}
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -236,6 +245,14 @@ class Layer:
         return self.sched.realtime or self.irqs == "avoid"
 
 
+# Kubernetes namespaces whose pods are the node's own infrastructure: the control plane, the
+# CNI (Calico, Flannel, Cilium), kube-proxy, CoreDNS, the GPU and network operators' daemons.
+INFRA_NAMESPACES = (
+    "kube-system", "kube-flannel", "calico-system", "tigera-operator", "gpu-operator",
+    "nvidia-gpu-operator", "nvidia-network-operator",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Preempt:
     """``[preempt]``: when and how preemptible work yields to protected layers."""
@@ -245,6 +262,13 @@ class Preempt:
     interval: float = 1.0  # seconds between measurements (stretched to 20x their cost)
     release_after: float = 30.0  # seconds a demoted session must want less than busy/4
     session_nice: int | None = 19  # a demoted session's autogroup nice (None: "keep")
+    # What is never demoted, by what it is on the node (hostd.model.node): its kind, a pod's
+    # namespace, a static pod, a systemd unit (shell-style patterns), a login of these users.
+    keep_kinds: tuple[str, ...] = ("kernel", "init", "service")
+    keep_namespaces: tuple[str, ...] = INFRA_NAMESPACES
+    keep_static_pods: bool = True
+    keep_units: tuple[str, ...] = ()
+    keep_logins_of: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +327,10 @@ class Policy:
     jobs_protect: bool = True
     # [jobs] record: whether the agent records job attempts for ``hostd report``
     jobs_record: bool = True
+    # [cgroups] write: the node kinds (hostd.model.node) whose cgroups, another manager's, hostd
+    # may write into: a demoted session's own cgroup weighed down, a layer's v2 cpuset inside
+    # a job's cgroup. Elsewhere it changes threads only (hostd's own cgroups are always its own).
+    cgroups_write: tuple[str, ...] = ()
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -501,16 +529,12 @@ class _Checker:
                         raise self.fail(
                             sub, s, "at most 15 bytes of UTF-8 (the kernel keeps 15 of a comm)"
                         )
-            if rule == "role":
+            if rule in _CHOICES:
+                what, choices = _CHOICES[rule]
                 for s in items:
-                    if s not in ROLES:
-                        expected = "a job role: " + ", ".join(ROLES)
-                        raise self.fail(sub, s, expected, hint=did_you_mean(s, ROLES))
-            if rule == "activity":
-                for s in items:
-                    if s not in ACTIVITIES:
-                        expected = "an activity: " + ", ".join(ACTIVITIES)
-                        raise self.fail(sub, s, expected, hint=did_you_mean(s, tuple(ACTIVITIES)))
+                    if s not in choices:
+                        expected = f"{what}: " + ", ".join(choices)
+                        raise self.fail(sub, s, expected, hint=did_you_mean(s, choices))
             if rule == "path":
                 for s in items:
                     if not s.startswith("/"):
@@ -821,7 +845,7 @@ class _Checker:
             "",
             (
                 "version", "name", "description", "pool_min", "agent", "preempt", "guard",
-                "metrics", "sizing", "jobs", "layer",
+                "cgroups", "metrics", "sizing", "jobs", "layer",
             ),
         )  # fmt: skip
         if "version" not in data:
@@ -892,6 +916,11 @@ class _Checker:
         jobs = self.attempt(self.table, data.get("jobs", {}), "jobs", ("protect", "record")) or {}
         jobs_protect = self.attempt(self.boolean, jobs.get("protect", True), "jobs.protect")
         jobs_record = self.attempt(self.boolean, jobs.get("record", True), "jobs.record")
+        cgroups = self.attempt(self.table, data.get("cgroups", {}), "cgroups", ("write",)) or {}
+        cgroups_write = self.attempt(
+            self.words, cgroups.get("write", []), "cgroups.write",
+            ("a node kind", tuple(k for k in NODE_KINDS if k not in ("kernel", "root"))),
+        )  # fmt: skip
         pool_min = None
         if "pool_min" in data:
             pool_min = self.attempt(self.cpu_amount, data["pool_min"], "pool_min")
@@ -925,6 +954,7 @@ class _Checker:
             sizing=sizing,
             jobs_protect=bool(jobs_protect),
             jobs_record=bool(jobs_record),
+            cgroups_write=cgroups_write or (),
             warnings=tuple(self.warnings),
         )
 
@@ -966,8 +996,10 @@ class _Checker:
 
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(
-            value, "preempt", ("enabled", "busy", "interval", "release_after", "session_nice")
-        )
+            value, "preempt", ("enabled", "busy", "interval", "release_after", "session_nice",
+                               "keep_kinds", "keep_namespaces", "keep_static_pods", "keep_units",
+                               "keep_logins_of"),
+        )  # fmt: skip
         d = Preempt()
         nice = data.get("session_nice", d.session_nice)
         if nice != "keep" and (
@@ -992,7 +1024,50 @@ class _Checker:
             interval=interval,
             release_after=release,
             session_nice=None if nice == "keep" else nice,  # type: ignore[arg-type]
+            keep_kinds=self.words(
+                data.get("keep_kinds", d.keep_kinds),
+                "preempt.keep_kinds",
+                ("a node kind", tuple(NODE_KINDS)),
+            ),
+            keep_namespaces=self.words(
+                data.get("keep_namespaces", d.keep_namespaces), "preempt.keep_namespaces"
+            ),
+            keep_static_pods=self.boolean(
+                data.get("keep_static_pods", d.keep_static_pods), "preempt.keep_static_pods"
+            ),
+            keep_units=self.words(data.get("keep_units", d.keep_units), "preempt.keep_units"),
+            keep_logins_of=self.ids(
+                data.get("keep_logins_of", d.keep_logins_of), "preempt.keep_logins_of"
+            ),
         )
+
+    def words(
+        self, value: object, key: str, choices: tuple[str, tuple[str, ...]] | None = None
+    ) -> tuple[str, ...]:
+        """A list of non-empty strings (possibly empty), each one of ``choices`` if given."""
+        if isinstance(value, tuple):
+            value = list(value)  # a default
+        if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+            raise self.fail(key, value, "a list of non-empty strings")
+        if choices is not None:
+            what, words = choices
+            for i, s in enumerate(value):
+                if s not in words:
+                    raise self.fail(
+                        f"{key}[{i}]", s, f"{what}: " + ", ".join(words),
+                        hint=did_you_mean(s, words),
+                    )  # fmt: skip
+        return tuple(value)
+
+    def ids(self, value: object, key: str) -> tuple[int, ...]:
+        """A list of user or group ids (possibly empty)."""
+        if isinstance(value, tuple):
+            value = list(value)
+        if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**32 for i in value
+        ):
+            raise self.fail(key, value, "a list of ids (integers >= 0)")
+        return tuple(value)
 
     def guard_table(self, value: object) -> Guard:
         data = self.table(

@@ -32,6 +32,7 @@ from hostd.host.parsers import (
 )
 from hostd.model.cpus import home_of
 from hostd.model.jobs import environ_vars, job_of
+from hostd.model.node import KERNEL, Place, place
 from hostd.model.tasks import (
     GPU_DEVICE_PREFIXES,
     RENDER_PREFIX,
@@ -118,7 +119,7 @@ def _read_process(
         return None  # unreadable or half-written: treated as gone for this pass
     env: tuple[tuple[str, str], ...] = ()
     if stat.is_kthread:
-        cgroup, cpuset, cmdline, exe, gpu = "/", "", "", None, ()
+        cgroup, cpuset, cmdline, exe, gpu, node = "/", "", "", None, (), KERNEL
     else:
         cgroups = host.cgroups(pid) or {}
         # Classified by the cgroup it lives in, wherever hostd put its leader's cpuset.
@@ -129,6 +130,7 @@ def _read_process(
         exe = host.readlink(paths.proc(pid, "exe"))
         gpu = _gpu_devices(host, pid) if read_fds else ()
         env = environ_vars(host.read_quiet(paths.proc(pid, "environ")) or "")
+        node = node_of(host, cgroup)
     proc = Process(
         pid=pid,
         start_time=stat.start_time,
@@ -145,8 +147,24 @@ def _read_process(
         session=stat.session,
         tty=stat.tty_nr != 0,
         env=env,
+        node=node,
     )
     return proc, creds.uid, creds.gid
+
+
+def node_of(host: Host, cgroup: str) -> Place:
+    """What a process whose home cgroup is ``cgroup`` is on the node (``hostd.model.node``):
+    its path, and for a pod's container or a login what their managers' records say."""
+    where = place(cgroup)
+    if where.kind == "pod" and where.container:
+        pod = host.pod_of(where.container)
+        if pod is not None:
+            return where.with_pod(*pod)
+    elif where.kind == "login":
+        login = host.login_of(where.unit.removeprefix("session-").removesuffix(".scope"))
+        if login is not None:
+            return where.with_login(login[0], login[1])
+    return where
 
 
 def _parent_comm(host: Host, ppid: int, known: dict[int, Process]) -> str:

@@ -146,8 +146,8 @@ def test_policy_check_mixed_exit_2(tmp_path):
     assert ": ok (" in proc.stdout
     assert proc.stderr.splitlines() == [
         f"hostd: {bad}:2:1: layers: unknown key (a typo?); expected one of version, name, "
-        "description, pool_min, agent, preempt, guard, metrics, sizing, jobs, layer (did you mean "
-        '"layer"?)',
+        "description, pool_min, agent, preempt, guard, cgroups, metrics, sizing, jobs, layer "
+        '(did you mean "layer"?)',
         f"hostd: {bad}: layer: expected at least one [[layer]], the last one a catch-all",
     ]
 

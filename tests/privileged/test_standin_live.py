@@ -55,7 +55,7 @@ def test_a_live_stand_in_node_is_classified_as_its_model(node):
         spec = {p.key: p for p in procs}
         # a thread that was not yet in its system call when scanned is "runs": scan again
         for _ in range(100):
-            tasks = scan(driver_host(), pids=sorted(live.pids.values()))
+            tasks = scan(driver_host(live.runtime), pids=sorted(live.pids.values()))
             if not any(t.activity == "runs" for t in tasks):
                 break
         seen: dict[str, set[str]] = {}

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from hostd.classify import Classifier
 from hostd.model.jobs import Job, job_of
+from hostd.model.node import KERNEL, Place, place
 from hostd.model.tasks import GPU_DEVICE_PREFIXES, Process, Task
 from hostd.policy import (
     Policy,
@@ -36,6 +37,14 @@ CUDA_FDS = ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
 RANK3 = Job("torchrun r1", "rank", 3, RANK_PID, False, "rank 3 from its environment")
 RANK3_GPU = Job("torchrun r1", "rank", 3, RANK_PID, True, "rank 3 from its environment")
 DATA3 = Job("torchrun r1", "data", 3, RANK_PID, True, "pt_data_worker below the rank")
+
+
+UID = "1b2c3d4e-0000-1111-2222-333344445555"
+SESSION = "/user.slice/user-1000.slice/session-4.scope"
+KUBE_PROXY = place(
+    "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+    f"{UID.replace('-', '_')}.slice/cri-containerd-{'c' * 64}.scope"
+).with_pod("kube-system", "kube-proxy-x7")
 
 
 def make_task(
@@ -62,6 +71,7 @@ def make_task(
     rank_gpu: bool = False,
     job: Job | str | None = "derived",
     activity: str = "",
+    node: Place | None = None,
 ) -> Task:
     """A thread with plausible defaults: a non-root user's single-threaded python3. Its job is
     derived as hostd.tasks derives it (from ``env``, the cmdline, the cgroup and the parent's
@@ -104,6 +114,7 @@ def make_task(
         tty=tty,
         env=tuple(sorted((env or {}).items())),
         job=job,
+        node=node or (KERNEL if kthread else place(cgroup)),
     )
     return Task(
         tid=tid,
@@ -218,6 +229,43 @@ PREDICATE_CASES = [
     # what an unnamed thread of a job was seen doing (hostd.tasks reads it from /proc)
     ('{ activity = "polls" }', {"activity": "polls"}, {"activity": "waits"}),
     ('{ activity = ["polls", "rdma-events"] }', {"activity": "rdma-events"}, {"activity": ""}),
+    # the node model (hostd.model.node): from the cgroup path, and the managers' records
+    (
+        '{ node = "container" }',
+        {"cgroup": f"/system.slice/docker-{'a' * 64}.scope"},
+        {"cgroup": "/system.slice/docker.service"},
+    ),
+    ('{ node = ["pod", "kernel"] }', {"kthread": True}, {}),
+    (
+        '{ unit = "ssh.service" }',
+        {"cgroup": "/system.slice/ssh.service"},
+        {"cgroup": "/user.slice/user-0.slice/session-4.scope/ssh.service"},
+    ),
+    (
+        '{ pod_namespace = "kube-system" }',
+        {"node": KUBE_PROXY},
+        {"node": KUBE_PROXY.with_pod("default", "x")},
+    ),
+    (
+        '{ pod_qos = "besteffort" }',
+        {"cgroup": f"/kubepods/besteffort/pod{UID}/{'b' * 64}"},
+        {"cgroup": f"/kubepods/pod{UID}/{'b' * 64}"},
+    ),
+    (
+        "{ static_pod = true }",
+        {"node": KUBE_PROXY.with_pod("kube-system", "etcd-n1", True)},
+        {"node": KUBE_PROXY},
+    ),
+    (
+        '{ login_service = "sshd" }',
+        {"node": place(SESSION).with_login("sshd", False)},
+        {"node": place(SESSION).with_login("cron", False)},
+    ),
+    (
+        "{ login_tty = true }",
+        {"node": place(SESSION).with_login("sshd", True)},
+        {"node": place(SESSION).with_login("sshd", False)},
+    ),
 ]
 
 
@@ -699,16 +747,61 @@ DEFAULT_CASES = [
         "gpu-services",
         0,
     ),
+    # A GPU service is a service of the node; a pod, a container or a login holding a GPU is
+    # competing work (rest), kept from demotion only where [preempt] keeps it (the GPU
+    # operator's namespace: hostd.preempt.why_place_kept).
     (
         "dcgm-exporter in a pod, in NVML's list",
         make_task("dcgm-exporter", pid=802, cgroup=POD, uid=0, nvml=True),
-        "gpu-services",
-        1,
+        "rest",
+        0,
     ),
     (
         "another user's python holding a GPU, no job",
         make_task("python3", pid=803, uid=1001, gpu_devices=CUDA_FDS),
+        "rest",
+        0,
+    ),
+    (
+        "nvidia-persistenced on a host without systemd (the root cgroup)",
+        make_task("nvidia-persiste", pid=806, cgroup="/", uid=118, gpu_devices=CUDA_FDS),
         "gpu-services",
+        0,
+    ),
+    (
+        "a GPU workload in a Docker container under system.slice",
+        make_task(
+            "python3",
+            pid=807,
+            cgroup=f"/system.slice/docker-{'d' * 64}.scope",
+            uid=0,
+            gpu_devices=CUDA_FDS,
+        ),
+        "rest",
+        0,
+    ),
+    (
+        "the kubelet",
+        make_task("kubelet", pid=808, cgroup="/system.slice/kubelet.service", uid=0),
+        "system",
+        0,
+    ),
+    (
+        "a busy container under system.slice (Docker, systemd's cgroup driver)",
+        make_task("python3", pid=809, cgroup=f"/system.slice/docker-{'d' * 64}.scope", uid=0),
+        "rest",
+        0,
+    ),
+    (
+        "a systemd-run unit",
+        make_task("stress-ng", pid=810, cgroup="/system.slice/run-u12.service", uid=0),
+        "rest",
+        0,
+    ),
+    (
+        "kube-proxy, a pod of kube-system",
+        make_task("kube-proxy", pid=811, uid=0, node=KUBE_PROXY),
+        "rest",
         0,
     ),
     (

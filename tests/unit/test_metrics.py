@@ -265,7 +265,9 @@ def test_layer_preemptions_and_cpu_pressure(tmp_path):
     tree = host_copy(tmp_path)  # a pure cgroup v2 host
     policy = tmp_path / "policy.toml"
     grouped = 'match = [[{ job_role = "rank" }]]\nkind = "grouped"\ncpus = { min = 2 }'
-    policy.write_text(POLICY.replace('match = [[{ job_role = "rank" }]]', grouped))
+    # the ranks live in systemd's train.service: the policy lets hostd make its cpusets there
+    asks = POLICY.replace("version = 1\n", 'version = 1\n[cgroups]\nwrite = ["service"]\n')
+    policy.write_text(asks.replace('match = [[{ job_role = "rank" }]]', grouped))
     agent = Agent(Host(tree, calls=FakeCalls(tree)), str(policy), state_dir=tmp_path / "s",
                   run_dir=tmp_path / "r", mode="observe", allow_insecure_policy=True)  # fmt: skip
     agent.exporter.start()

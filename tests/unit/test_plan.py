@@ -364,7 +364,9 @@ def test_v2_cpusets_are_threaded_children_of_each_jobs_own_cgroup():
         *synth.threads(worker, 1, online=topo.online),
         *synth.threads(other, 2, online=topo.online),
     ]
-    p = run(topo, tasks)
+    # train.service is systemd's: hostd writes into it only where the policy asks.
+    asks = TRAINING + b'\n[cgroups]\nwrite = ["service"]\n'
+    p = run(topo, tasks, asks)
     assert [(cs.layer, cs.path) for cs in p.cpusets] == [
         ("data", f"{home}/hostd.data"),
         ("trainer", f"{home}/hostd.trainer"),
@@ -377,8 +379,8 @@ def test_v2_cpusets_are_threaded_children_of_each_jobs_own_cgroup():
     assert where[300] == f"{home}/hostd.data"
     assert all(tp.cpuset is None for tp in p.tasks if tp.pid == 400)  # no layer with a cpuset
     # The cgroup a process is classified by is its home, wherever hostd put its leader.
-    planner = TaskPlanner.for_plan(p, topo, parse_policy(TRAINING, "t.toml"), allow_rt=True)
-    for item in Classifier(parse_policy(TRAINING, "t.toml")).classify_all(tasks):
+    planner = TaskPlanner.for_plan(p, topo, parse_policy(asks, "t.toml"), allow_rt=True)
+    for item in Classifier(parse_policy(asks, "t.toml")).classify_all(tasks):
         assert planner.decide(item)[0] == next((t for t in p.tasks if t.tid == item.task.tid), None)
 
     want = desired_state(p, tasks)
@@ -390,6 +392,16 @@ def test_v2_cpusets_are_threaded_children_of_each_jobs_own_cgroup():
         f"cgroup/cpuset{home}/hostd.data",
         f"cgroup/cpuset{home}/hostd.trainer",
     ]
+    # Not asked (the shipped policies): no cgroup of systemd's is written; the threads keep
+    # their cgroup and get their layer's CPUs by affinity; one that hostd put in a cpuset
+    # before goes back home.
+    p = run(topo, tasks)
+    assert p.cpusets == ()
+    where = {tp.tid: tp.cpuset for tp in p.tasks}
+    assert {where.get(t.tid) for t in rank_threads} == {None}
+    assert where[100] == home and where[300] == home
+    assert not [k for k in desired_state(p, tasks) if k.startswith("cgroup/")]
+    assert {tp.affinity for tp in p.tasks if tp.tid in {t.tid for t in rank_threads}} != {None}
 
 
 def test_v1_cpusets_take_only_threads_of_the_root_cpuset():

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hostd.classify import Classified, Classifier
+from hostd.model.node import place
 from hostd.plan import TaskPlanner, plan
 from hostd.policy import Guard, Preempt, load_default, parse_policy
 from hostd.preempt import Sample, Watch, explain, shielding_layers, why_group_kept, why_kept
@@ -230,6 +231,68 @@ def test_why_kept(sid: int, layers: set[str], tty: bool, why: str | None) -> Non
     assert got == why if why is None else got.startswith(why)
 
 
+C = "ab" * 32
+POD = (
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c_0.slice/"
+    f"cri-containerd-{C}.scope"
+)
+
+
+@pytest.mark.parametrize(
+    ("places", "keep", "why"),
+    [
+        # the node's own: its services, kube-system's pods, static pods, root's logins
+        ([place("/system.slice/kubelet.service")], Preempt(), "node infrastructure: service"),
+        (
+            [place(POD).with_pod("kube-system", "calico-node-x")],
+            Preempt(),
+            "node infrastructure: pod kube-system/calico-node-x",
+        ),
+        (
+            [place(POD).with_pod("monitoring", "fluent-bit-x")],
+            Preempt(keep_namespaces=("monitoring",)),
+            "node infrastructure: pod monitoring/",
+        ),
+        (
+            [place(POD).with_pod("default", "etcd-n1", static=True)],
+            Preempt(),
+            "node infrastructure: static pod",
+        ),
+        ([place("/user.slice/user-0.slice/session-9.scope")], Preempt(), "an operator's login"),
+        (
+            [place("/system.slice/run-u7.service")],
+            Preempt(keep_units=("run-*.service",)),
+            "transient run-u7.service ([preempt] keep_units)",
+        ),
+        # competing work wherever it sits: a container under system.slice, a workload pod, a pod
+        # whose namespace the runtime did not say, a transient unit, a user's login, a user's
+        # manager's units
+        ([place(f"/system.slice/docker-{C}.scope")], Preempt(), None),
+        ([place(POD).with_pod("team-a", "train-0")], Preempt(), None),
+        ([place(POD)], Preempt(), None),
+        ([place("/system.slice/run-u7.service")], Preempt(), None),
+        ([place("/user.slice/user-1000.slice/session-9.scope")], Preempt(), None),
+        (
+            [place("/user.slice/user-1000.slice/user@1000.service/app.slice/a.service")],
+            Preempt(),
+            None,
+        ),
+        ([place("/")], Preempt(), None),
+        # a policy that keeps less
+        ([place("/system.slice/kubelet.service")], Preempt(keep_kinds=()), None),
+        ([place("/user.slice/user-0.slice/session-9.scope")], Preempt(keep_logins_of=()), None),
+        # any process of the session in a kept place keeps it
+        ([place("/"), place("/system.slice/cron.service")], Preempt(), "node infrastructure"),
+    ],
+)
+def test_what_the_node_keeps(places: list, keep: Preempt, why: str | None) -> None:
+    got = why_kept(
+        500, layers={"rest"}, tty=False, own_sid=77, protected=frozenset(),
+        shielding=frozenset(), places=places, keep=keep,
+    )  # fmt: skip
+    assert got == why if why is None else got is not None and got.startswith(why), got
+
+
 # -- which cgroups yield as a whole ----------------------------------------------------------------
 @pytest.mark.parametrize(
     ("path", "members", "why"),
@@ -243,8 +306,27 @@ def test_why_kept(sid: int, layers: set[str], tty: bool, why: str | None) -> Non
     ],
 )
 def test_why_group_kept(path: str, members, why: str | None) -> None:
-    got = why_group_kept(path, members, {500, 600})
+    got = why_group_kept(path, members, {500, 600}, writable=("service", "login", "other"))
     assert got == why if why is None else got.startswith(why)
+
+
+@pytest.mark.parametrize(
+    ("path", "writable", "why"),
+    [
+        # another manager's cgroup is written only where the policy's [cgroups] write says so
+        (f"/system.slice/docker-{C}.scope", (), "it is another manager's (container of docker"),
+        (f"/system.slice/docker-{C}.scope", ("container",), None),
+        (POD, ("container",), "it is another manager's (pod uid"),
+        (POD, ("pod",), None),
+        ("/system.slice/run-u9.service", ("container", "pod"), "it is another manager's (transi"),
+        ("/user.slice/user-1000.slice/session-4.scope", ("login",), None),
+    ],
+)
+def test_a_managers_cgroup_is_weighed_only_where_the_policy_says(
+    path: str, writable: tuple, why: str | None
+) -> None:
+    got = why_group_kept(path, {5: 500}, {500}, writable=writable)
+    assert got == why if why is None else got is not None and got.startswith(why), got
 
 
 # -- the planner ---------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ name = "vm-new-home"
 pool_min = 1
 [agent]
 rescan_interval = 3600  # no drift pass during the test: only events may place the member
+[cgroups]
+write = ["other"]  # the test's own cgroups hostd-vmtest-a and -b
 [[layer]]
 name = "hot"
 comment = "the test's member threads: one CPU of their own"
