@@ -610,6 +610,9 @@ def _figure_class() -> Any:
         raise ReportError(NEEDS_MATPLOTLIB) from None
     if "matplotlib.pyplot" not in sys.modules:
         matplotlib.use("Agg")
+    # Job names and units are the jobs' own (their environment, their throughput file): text,
+    # never TeX ("$\\foo$" in a title made mathtext raise, and no report was written at all).
+    matplotlib.rcParams["text.parse_math"] = False
     from matplotlib.figure import Figure
 
     return Figure

@@ -36,6 +36,7 @@ from hostd.cli.common import (
     out,
     print_json,
     show,
+    styled,
 )
 from hostd.doctor import Finding, job_findings, probe
 from hostd.host import Host
@@ -449,8 +450,8 @@ def doctor(
         print_json({"findings": found})
         return
     for f in caps.findings:
-        mark = "[green]ok[/]  " if f.ok else "[yellow]no[/]  "
-        out.print(f"{mark}{f.feature:15} {f.detail}")
+        mark = ("ok", "green") if f.ok else ("no", "yellow")
+        out.print(styled(mark, f"  {f.feature:15} {f.detail}"))
     off = sorted(caps.disabled_kinds() | (HOST_WIDE_KINDS if sidecar else set()))
     named = ", ".join(f"{BY_KIND[kind].noun} ({kind})" for kind in off)
     out.print(

@@ -27,6 +27,7 @@ from hostd.cli.common import (
     print_json,
     show,
     snapshot,
+    styled,
 )
 from hostd.model.node import KINDS as NODE_KINDS
 
@@ -169,7 +170,7 @@ def explain(
     layer = snap.policy.layer(ex.layer)
     group = layer.match[ex.group]
     why = " and ".join(pr.describe() for pr in group) or "the catch-all (matches every thread)"
-    out.print(f"-> layer [bold]{ex.layer}[/], group {ex.group}: {why}")
+    out.print(styled("-> layer ", (ex.layer, "bold"), f", group {ex.group}: {why}"))
     out.print(f"   ({layer.comment})")
     for line in ex.lines():
         out.print("   " + line)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import NoReturn
 
@@ -40,10 +41,37 @@ PidOpt = typer.Option(
 TidOpt = typer.Option([], "--tid", help="Only this thread (repeatable).")
 LayerOpt = typer.Option([], "--layer", "-l", help="Only this layer's threads (repeatable).")
 
+# Thread names, command lines, cgroup paths and job names are the host's, and a user's to
+# choose: what hostd prints of them is text, never markup (a name "[/]" broke rich's parser),
+# and control characters show as escapes (an ESC in a name would clear the operator's screen,
+# retitle the terminal or rewrite the lines above).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each control character (newline and tab aside) as its escape, ``\x1b``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _Console(Console):
+    """rich's console without markup, every string made ``visible`` (printed or in a table)."""
+
+    def render_str(self, text: str, **kwargs: object) -> Text:
+        return super().render_str(visible(text), **kwargs)  # type: ignore[arg-type]
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text in parts, each a string or (string, rich style): hostd's own emphasis, without
+    markup, the strings ``visible``."""
+    return Text.assemble(
+        *((visible(p), "") if isinstance(p, str) else (visible(p[0]), p[1]) for p in parts)
+    )
+
+
 # A terminal gets tables sized to it; piped output (scripts, grep, less) gets each table as
 # tab-separated lines, like ps(1) or `kubectl -o wide` (``show``), and long lines unwrapped.
-out = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = _Console(highlight=False, markup=False, soft_wrap=not sys.stdout.isatty())
+err = _Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def show(table: Table) -> None:
@@ -54,8 +82,8 @@ def show(table: Table) -> None:
         return
 
     def plain(cell: object) -> str:
-        text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
-        return " ".join(text.split())
+        text = cell.plain if isinstance(cell, Text) else str(cell)
+        return " ".join(visible(text).split())
 
     lines = [f"# {plain(table.title)}"] if table.title else []
     lines.append("\t".join(plain(c.header) for c in table.columns))

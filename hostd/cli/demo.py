@@ -7,7 +7,7 @@ import os
 import typer
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, fail, out, print_json, show
+from hostd.cli.common import JsonOpt, fail, out, print_json, show, styled
 from hostd.demo import JOB_LAYERS
 from hostd.demo import demo as run_demo
 
@@ -29,7 +29,7 @@ def demo(
         fail("hostd demo needs root: the hostd arm changes scheduling of the demo's own job")
     if not (1 <= seconds <= 600) or not (1 <= ranks <= 64):
         fail(f"--seconds {seconds:g} --ranks {ranks}: expected 1-600 seconds and 1-64 ranks")
-    say = (lambda _text: None) if as_json else (lambda text: out.print(f"[dim]{text}[/]"))
+    say = (lambda _text: None) if as_json else (lambda text: out.print(styled((text, "dim"))))
     try:
         rows = run_demo(seconds, ranks, say)
     except KeyboardInterrupt:
@@ -68,6 +68,6 @@ def demo(
         )
     for row in rows:
         if row["error"]:
-            out.print(f"[red]{row['arm']}: {row['error']}[/]")
+            out.print(styled((f"{row['arm']}: {row['error']}", "red")))
         if row["sample_error"]:
-            out.print(f"[yellow]{row['arm']}: no wait columns, {row['sample_error']}[/]")
+            out.print(styled((f"{row['arm']}: no wait columns, {row['sample_error']}", "yellow")))

@@ -27,6 +27,7 @@ from hostd.cli.common import (
     print_json,
     show,
     snapshot,
+    styled,
 )
 from hostd.host import Host
 from hostd.journal import JOURNAL_NAME, Journal, JournalError, base_affinities, read_boot_id
@@ -76,8 +77,13 @@ def plan(
         print_json(p.to_json(), schema=PLAN_FORMAT)
         return
     out.print(
-        f"policy [bold]{p.policy}[/] (mode {p.mode}) on {snap.topology.hostname or 'host'}: "
-        f"{len(p.online)} CPUs, shared pool {format_cpulist(p.pool) or '-'}"
+        styled(
+            "policy ",
+            (p.policy, "bold"),
+            f" (mode {p.mode}) on "
+            f"{snap.topology.hostname or 'host'}: {len(p.online)} CPUs, shared pool "
+            f"{format_cpulist(p.pool) or '-'}",
+        )
     )
     table = Table(title_justify="left")
     for col in ("layer", "kind", "threads", "own CPUs", "mems", "sched", "notes"):

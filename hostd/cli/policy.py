@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from hostd.cli.common import EXIT_BAD_INPUT, PolicyOpt, get_policy, out
+from hostd.cli.common import EXIT_BAD_INPUT, PolicyOpt, get_policy, out, styled
 from hostd.policy import PolicyError, default_policy_bytes, load_policy
 
 app = typer.Typer(help="Validate and show policy files.", no_args_is_help=True)
@@ -50,7 +50,7 @@ def show(policy: str = PolicyOpt) -> None:
             role = ", preempts"
         elif layer.name in p.preemptible:
             role = ", preemptible"
-        out.print(f"[bold]{layer.name}[/] ({layer.kind}{role}): {groups}")
+        out.print(styled((layer.name, "bold"), f" ({layer.kind}{role}): {groups}"))
         out.print(f"    {layer.comment}")
     if p.preemptible:
         pre = p.preempt

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from hostd.cli.common import JsonOpt, RootOpt, cpu_list, get_host, out, print_json, show
+from hostd.cli.common import JsonOpt, RootOpt, cpu_list, get_host, out, print_json, show, styled
 from hostd.model.cpus import format_cpulist
 from hostd.model.topology import Topology
 from hostd.topology import read_topology
@@ -107,12 +107,14 @@ def render(t: Topology) -> None:
     cores = t.cores()
     smt = max((len(c) for c in cores.values()), default=1)
     out.print(
-        f"[bold]{t.hostname or 'host'}[/]: {len(t.cpus)} CPUs online "
+        styled((t.hostname or "host", "bold")),
+        f": {len(t.cpus)} CPUs online "
         f"({format_cpulist(t.online)}), {len(cores)} cores"
         f"{f', SMT x{smt}' if t.smt else ', no SMT'}, {len(t.nodes)} NUMA node"
         f"{'s' if len(t.nodes) != 1 else ''}, {len(t.llcs())} LLC group"
         f"{'s' if len(t.llcs()) != 1 else ''}; cgroups {t.cgroup.mode}"
-        f" (cpusets: {t.cgroup.cpuset})"
+        f" (cpusets: {t.cgroup.cpuset})",
+        sep="",
     )
 
     nodes = Table(title="NUMA nodes", title_justify="left")

@@ -261,3 +261,35 @@ def test_classify_stats_and_plan_count_the_same_threads():
     assert [t["tid"] for t in one["threads"]] == [4101]
     bad = hostd("stats", "--root", root, "--pid", "999999", check=False)
     assert bad.returncode == 2 and "--pid 999999: no such process" in bad.stderr
+
+
+HOSTILE = "[/]\x1b[2J\x1b]0;pwn\x07"  # markup rich cannot parse; clear screen; retitle
+
+
+def test_names_from_the_host_are_text_with_control_characters_shown(tmp_path):
+    """Issue 44.6: a thread named "[/]" crashed classify -m, explain, stats and top (rich took it
+    for markup), a job named so crashed `hostd status` for everyone, and an escape sequence in a
+    name reached the operator's terminal raw. Every value of the host is text now, with its
+    control characters as escapes."""
+    from tests.fakes import host_copy
+
+    tree = host_copy(tmp_path)
+    task = tree / "proc" / "4100" / "task" / "4101"
+    stat = (task / "stat").read_text()
+    (task / "stat").write_text(stat.replace("(python3)", f"({HOSTILE})", 1))
+    root = str(tree)
+    shown = "[/]\\x1b[2J\\x1b]0;pwn\\x07"
+    for args in (("classify", "-m"), ("explain", "4101"), ("plan",)):
+        proc = hostd(*args, "--root", root, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert "\x1b" not in proc.stdout and "Traceback" not in proc.stderr, args
+        assert shown in proc.stdout or args[0] == "plan", (args, proc.stdout[-500:])
+    run = tmp_path / "run"
+    _status_file(run, "stopped", 0)
+    doc = json.loads((run / "status.json").read_text())
+    doc["attempts"] = {"live": [{"job": HOSTILE, "attempt": "[/]x", "uid": 1000,
+                                 "protected": True, "since": 0}]}  # fmt: skip
+    (run / "status.json").write_text(json.dumps(doc))
+    proc = hostd("status", "--run-dir", str(run), check=False)
+    assert "Traceback" not in proc.stderr and "\x1b" not in proc.stdout, proc.stderr
+    assert f"recording job {shown}" in proc.stdout, proc.stdout

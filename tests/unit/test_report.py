@@ -331,6 +331,16 @@ def test_render_html_escapes_and_copes_with_one_arm():
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
 
 
+def test_a_name_in_tex_is_text():
+    """Issue 44.7: a job named "$\\foo$" made matplotlib's mathtext raise in a plot title, so
+    `hostd report` wrote nothing for any job. Names are text."""
+    attempts = arms([13.0, 13.2], [10.0, 10.1], "throughput")
+    for a in attempts:
+        a["job"] = "$\\foo$ ^_{x}"
+    page = render_html(compare_all(attempts), [summarise(a) for a in attempts])
+    assert html.escape("$\\foo$ ^_{x}") in page and page.count("data:image/png") >= 2
+
+
 def test_save_figure(tmp_path, page_inputs):
     comparisons, summaries = page_inputs
     for which in ("measure", "wait", "gpu", "throughput"):
