@@ -87,6 +87,12 @@ class Host:
 
         Raises NotPermitted on EPERM/EACCES and HostError for anything unexpected.
         """
+        data = self.read_bytes(rel)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        """``read``, undecoded (a process's environment: searched as bytes, never decoded
+        whole)."""
         # The hot path of a scan (once per thread): kept lean on purpose.
         path = self._prefix + rel
         try:
@@ -114,7 +120,7 @@ class Host:
             raise err from None
         finally:
             os.close(fd)
-        return data.decode("utf-8", "replace")
+        return data
 
     def read_quiet(self, rel: str) -> str | None:
         """Like ``read`` but a refused read is None too (for optional, best-effort values)."""

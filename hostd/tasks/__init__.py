@@ -129,7 +129,10 @@ def _read_process(
         cmdline = raw.rstrip("\0").replace("\0", " ")
         exe = host.readlink(paths.proc(pid, "exe"))
         gpu = _gpu_devices(host, pid) if read_fds else ()
-        env = environ_vars(host.read_quiet(paths.proc(pid, "environ")) or "")
+        try:
+            env = environ_vars(host.read_bytes(paths.proc(pid, "environ")) or b"")
+        except OSError:
+            env = ()
         node = node_of(host, cgroup)
     proc = Process(
         pid=pid,
