@@ -13,9 +13,12 @@ of another uid with the same names make a record of their own (``uid`` in the re
 metrics). A record says whether the attempt was **protected**: hostd enforced its policy and the
 attempt's threads were in a layer that protects (real-time, a negative nice, a heavier session,
 preemption). Bounded: at most ``MAX_SAMPLES`` samples per record (then neighbours are merged,
-halving the resolution), at most ``MAX_FILES`` records (when one more begins, those written
-longest ago go), at most ``MAX_LABELLED`` attempts labelled in the metrics (the rest are
-counted under ``training_job="other"``).
+halving the resolution), at most ``PER_USER`` records of one user (when one more of theirs
+begins, theirs written longest ago go: one user's many short jobs never evict another user's
+history) and ``MAX_FILES`` in all (then the user with the most loses their oldest), at most
+``LIVE_PER_USER`` live attempts of one user in memory (more are not recorded, and said so once),
+at most ``MAX_LABELLED`` attempts labelled in the metrics (the rest are counted under
+``training_job="other"``).
 A thread is counted from its first sample (the kernel's counters run from its start); one that
 lived between two samples is not seen.
 """
@@ -43,11 +46,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostd")
 MAX_SAMPLES = 2048
-MAX_FILES = 256
+MAX_FILES = 1024
+PER_USER = 128
+LIVE_PER_USER = 16
 MAX_LABELLED = 8
 STALE_S = 60.0  # a throughput file older than this says nothing
 WRITE_EVERY_S = 60.0  # a live record's file is rewritten at most this often (and at its end)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_OWNER = re.compile(r"u(\d+)-")  # a record's file name starts with its user's uid
 
 
 @dataclass
@@ -74,6 +80,7 @@ class Attempts:
         # (uid, attempt) -> its record: the environment that names an attempt is the user's to
         # write, so one user's processes never join another user's attempt
         self.live: dict[tuple[int, str], Live] = {}
+        self._full: set[int] = set()  # users told their live attempts are at LIVE_PER_USER
         self._fd: int | None = None
         self._who: dict[tuple[int, int], Identity | None] = {}  # process -> its attempt
         self.broken = ""  # why records cannot be written ("" while they can)
@@ -100,6 +107,14 @@ class Attempts:
         key = (task.uid, ident.attempt)
         item = self.live.get(key)
         if item is None:
+            if sum(1 for uid, _ in self.live if uid == task.uid) >= LIVE_PER_USER:
+                if task.uid not in self._full:
+                    self._full.add(task.uid)
+                    log.warning(
+                        "attempts: uid %d has %d live attempts; more of theirs are not recorded",
+                        task.uid, LIVE_PER_USER,
+                    )  # fmt: skip
+                return
             item = self._open(key, ident, task)
         self._seen.add(key)
         acc = item.acc.setdefault(layer, [0.0, 0.0, 0, 0])
@@ -188,7 +203,7 @@ class Attempts:
         }
         stem = _SAFE.sub("_", ident.job)[:48] or "job"
         digest = hashlib.sha256(f"{key}\0{record['start']}".encode()).hexdigest()[:12]
-        item = Live(ident, f"{stem}-{digest}.json", record)
+        item = Live(ident, f"u{key[0]}-{stem}-{digest}.json", record)
         self.live[key] = item
         log.info("attempt job=%r attempt=%r source=%s", ident.job, ident.attempt, ident.source)
         return item
@@ -246,7 +261,7 @@ class Attempts:
             if self._fd is None:
                 self._fd = open_dir(self.folder, 0o700)
             if first:
-                self._prune()  # one record more: room for it
+                self._prune(item.record["uid"])  # one record more: room for it
             write_atomic(self._fd, item.name, json.dumps(item.record).encode(), 0o600)
         except (OSError, UnsafeDir) as exc:
             self.broken = str(exc)
@@ -259,17 +274,26 @@ class Attempts:
             if (p := procs.get(pid)) is not None and p.job is not None and p.job.role == "rank"
         )  # fmt: skip
 
-    def _prune(self) -> None:
-        """Keep the newest ``MAX_FILES - 1`` records (a new one is about to be written)."""
+    def _prune(self, uid: int) -> None:
+        """Room for one more record of user ``uid``: theirs written longest ago go beyond
+        ``PER_USER - 1``; beyond ``MAX_FILES - 1`` in all, the oldest of whoever has most."""
         assert self._fd is not None
-        names = [n for n in os.listdir(self._fd) if n.endswith(".json")]
-        if len(names) < MAX_FILES:
-            return
-        aged = []
-        for name in names:
+        by_user: dict[int, list[tuple[float, str]]] = {}
+        for name in os.listdir(self._fd):
+            if not name.endswith(".json"):
+                continue
+            m = _OWNER.match(name)
             with contextlib.suppress(OSError):
-                aged.append((os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mtime, name))
-        for _, name in sorted(aged)[: len(aged) - MAX_FILES + 1]:
+                when = os.stat(name, dir_fd=self._fd, follow_symlinks=False).st_mtime
+                by_user.setdefault(int(m[1]) if m else -1, []).append((when, name))
+        for files in by_user.values():
+            files.sort()
+        doomed = by_user.get(uid, [])[: max(0, len(by_user.get(uid, [])) - PER_USER + 1)]
+        del by_user.get(uid, [])[: len(doomed)]
+        while sum(map(len, by_user.values())) >= MAX_FILES:
+            most = max(by_user.values(), key=len)
+            doomed.append(most.pop(0))
+        for _, name in doomed:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self._fd)
 

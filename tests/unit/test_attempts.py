@@ -129,7 +129,7 @@ def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
         # the fixture's two ranks run as uid 1000 (GPU 0) and root (GPU 4): an attempt is its
         # user's (the environment that names it is the user's to write), so two records
         records = {}
-        for path in folder.glob("dgx-job-17-*.json"):
+        for path in folder.glob("u*-dgx-job-17-*.json"):
             rec = json.loads(path.read_text())
             records[rec["uid"]] = rec
         assert sorted(records) == [0, 1000]
@@ -311,5 +311,55 @@ def test_old_records_make_room_for_new_ones(tmp_path, monkeypatch):
         agent.status.close()
     names = sorted(p.name for p in folder.glob("*.json"))
     assert len(names) == 3, names
-    assert sum(n.startswith("dgx-job-17-") for n in names) == 2
+    assert sum("-dgx-job-17-" in n for n in names) == 2
     assert "old-4.json" in names  # the newest old one stays
+
+
+def _records_after_one_sample(tmp_path, files: dict[str, float]) -> list[str]:
+    """The record files after the fixture's job made its two (uid 0 and 1000), the folder
+    holding ``files`` (name: mtime) before."""
+    tree = host_copy(tmp_path)
+    folder = tmp_path / "s" / "attempts"
+    folder.mkdir(parents=True, mode=0o700)
+    for name, mtime in files.items():
+        (folder / name).write_text("{}")
+        os.utime(folder / name, (mtime, mtime))
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.pass_once()
+        for tid, item in agent.inc.classified.items():
+            path = tree / "proc" / str(item.task.pid) / "task" / str(tid) / "schedstat"
+            path.write_text("1000 0 1\n")
+        agent.layer_stats.sample()
+        agent.layer_stats.sample()
+    finally:
+        agent.journal.close()
+        agent.status.close()
+    return sorted(p.name for p in folder.glob("*.json"))
+
+
+def test_one_users_many_jobs_never_evict_another_users_history(tmp_path, monkeypatch):
+    """Issue 44.12: one user's 300 short "jobs" deleted other users' records (one cap for all,
+    oldest first). Now a new record makes room among its own user's records; another user's,
+    however old, stay."""
+    import hostd.agent.attempts as attempts_mod
+
+    monkeypatch.setattr(attempts_mod, "PER_USER", 3)
+    files = {f"u1000-flood-{i}.json": 2_000_000 + i for i in range(6)}
+    files |= {f"u77-history-{i}.json": 1_000_000 + i for i in range(2)}  # the oldest of all
+    names = _records_after_one_sample(tmp_path, files)
+    assert [n for n in names if n.startswith("u77-")] == ["u77-history-0.json",
+                                                          "u77-history-1.json"]  # fmt: skip
+    mine = [n for n in names if n.startswith("u1000-")]
+    assert len(mine) == 3 and sum("-dgx-job-17-" in n for n in mine) == 1
+    assert "u1000-flood-5.json" in mine and "u1000-flood-4.json" in mine
+
+
+def test_live_attempts_of_one_user_are_bounded(tmp_path, monkeypatch):
+    """A user's live attempts in memory stop at LIVE_PER_USER: more are not recorded."""
+    import hostd.agent.attempts as attempts_mod
+
+    monkeypatch.setattr(attempts_mod, "LIVE_PER_USER", 0)
+    names = _records_after_one_sample(tmp_path, {})
+    assert names == []
