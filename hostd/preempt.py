@@ -19,10 +19,16 @@ A session is the unit because work comes in sessions: a build's compilers live a
 a stress test forks its workers, and what a demoted thread creates is born SCHED_IDLE in the
 same session.
 
-Never demoted (``why_kept``): the kernel's and init's sessions (0 and 1), hostd's own, a session
-with a controlling terminal (an operator's shell and what it runs), and a session holding a
-thread of a protected layer (the job's own sessions) or of a layer that weighs its sessions
-itself (``sched.group_nice``, such as the default policy's system services).
+Never demoted (``why_kept``): the kernel's and init's sessions (0 and 1), hostd's own, the node's
+infrastructure (``why_place_kept``: ``[preempt] keep_*`` over the node model), and a session
+holding a thread of a protected layer (the job's own sessions) or of a layer that weighs its
+sessions itself (``sched.group_nice``, such as the default policy's system services). A
+session's CPU counts if its threads are in any layer but a protected one (``counted_layers``: a
+name that lands in an unprotected, unpreemptible layer does not hide a busy loop). An
+interactive session (a login logind gave a terminal; without logind, a controlling terminal,
+which any user may open) has an allowance: a user's interactive sessions together keep
+``[preempt] interactive_cpus`` while a job runs, the least busy first; past it, they are demoted
+like any other.
 A demoted session is released when no protected layer has threads, or when its preemptible
 threads have wanted less than ``busy / 4`` CPUs for ``release_after`` seconds.
 
@@ -56,6 +62,10 @@ Key = tuple[int, int]  # (tid, start_time)
 WAITED = 0.3
 STARVED = 0.1
 BOOST_BUDGET = 0.05  # boosts take at most this share of one CPU
+# A starving thread whose own user's other threads ran this many CPUs meanwhile is starved by
+# its own user's work (a nice-19 process behind its nice-0 sibling): no boost, unless hostd
+# demoted it (then the starvation is hostd's doing).
+OWN_WORK = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,7 @@ class Sample:
     run_ns: int
     wait_ns: int
     state: str = "S"  # its state letter (proc(5)): 'R' runnable
+    uid: int = -1  # its user (-1: not known)
 
 
 @dataclass(slots=True)
@@ -80,6 +91,7 @@ class Demotion:
     demand: float
     low_since: float | None = None
     demand_now: float = 0.0
+    waiting_since: float | None = None  # since when it wants a CPU and got none (the floor)
 
 
 @dataclass
@@ -88,6 +100,7 @@ class Decisions:
     release: list[tuple[int, str]] = field(default_factory=list)  # (sid, why)
     boost: list[Sample] = field(default_factory=list)
     runaway: list[Sample] = field(default_factory=list)
+    lifted: list[int] = field(default_factory=list)  # released at the floor (also in release)
 
     def __bool__(self) -> bool:
         return bool(self.demote or self.release or self.boost or self.runaway)
@@ -122,8 +135,10 @@ def why_kept(
     keep: Preempt | None = None,
 ) -> str | None:
     """Why session ``sid`` must never be demoted (None: it may be). ``layers``: the layers of
-    its threads; ``tty``: one of its processes has a controlling terminal; ``places``: where
-    its processes are on the node, judged by ``keep`` (``why_place_kept``)."""
+    its threads; ``places``: where its processes are on the node, judged by ``keep``
+    (``why_place_kept``). An interactive session is not kept: it has an allowance
+    (``[preempt] interactive_cpus``, ``Watch.update``), as a terminal is a user's to open
+    (``script``, ``ssh -t``, tmux); ``tty`` is kept in the signature for the callers."""
     if sid in (0, 1):
         return "the kernel's or init's session"
     if sid == own_sid:
@@ -133,8 +148,6 @@ def why_kept(
             why = why_place_kept(where, keep)
             if why is not None:
                 return why
-    if tty:
-        return "an interactive session (it has a controlling terminal)"
     names = set(layers)
     held = sorted(names & protected)
     if held:
@@ -179,6 +192,16 @@ def why_group_kept(
     return None
 
 
+def counted_layers(policy: Policy) -> frozenset[str]:
+    """The layers whose threads' CPU makes a session busy: every layer but the protected ones.
+    A layer that is not preemptible (the launcher's, matched by a name any user may give) still
+    counts: its busy session is demoted (its weight, its preemptible threads), though its own
+    threads keep their policy; a session that holds protected or shielding threads is kept."""
+    if not policy.preemptible:
+        return frozenset()
+    return frozenset(ly.name for ly in policy.layers if not ly.preempt)
+
+
 def shielding_layers(policy: Policy) -> frozenset[str]:
     """Layers whose sessions are never demoted because they set their own session weight."""
     return frozenset(ly.name for ly in policy.layers if ly.sched.group_nice is not None)
@@ -187,20 +210,36 @@ def shielding_layers(policy: Policy) -> frozenset[str]:
 class Watch:
     """The state between measurements: rates, demoted sessions, starving and runaway threads."""
 
-    def __init__(self, preempt: Preempt, guard: Guard, preemptible: frozenset[str]) -> None:
+    def __init__(
+        self,
+        preempt: Preempt,
+        guard: Guard,
+        preemptible: frozenset[str],
+        counted: frozenset[str] | None = None,
+    ) -> None:
         self.preempt = preempt
         self.guard = guard
         self.preemptible = preemptible
+        # the layers whose threads' CPU makes a session busy (``counted_layers``)
+        self.counted = preemptible if counted is None else counted
         self.demoted: dict[int, Demotion] = {}
         self.runaways: set[Key] = set()
         self._last: dict[Key, tuple[float, int, int, str]] = {}
         self._starving: dict[Key, tuple[float, int, int]] = {}  # window start, run, wait
         self._last_seen: dict[Key, tuple[int, int]] = {}  # run, wait at the previous sample
         self._hot: dict[Key, tuple[float, int, int]] = {}  # window start, run
+        self.lifted: dict[int, float] = {}  # session lifted at the floor -> when
 
-    def configure(self, preempt: Preempt, guard: Guard, preemptible: frozenset[str]) -> None:
+    def configure(
+        self,
+        preempt: Preempt,
+        guard: Guard,
+        preemptible: frozenset[str],
+        counted: frozenset[str] | None = None,
+    ) -> None:
         """A reloaded policy: new settings, the same state."""
         self.preempt, self.guard, self.preemptible = preempt, guard, preemptible
+        self.counted = preemptible if counted is None else counted
 
     def rates(self, now: float, samples: Iterable[Sample]) -> dict[Key, tuple]:
         """(run share, wait share, seconds, runnable at both samples) per thread since its last
@@ -237,6 +276,7 @@ class Watch:
         kept: Callable[[int], str | None] = lambda sid: None,
         sessions_alive: Callable[[int], bool] = lambda sid: True,
         process_demand: Mapping[int, float] | None = None,
+        interactive: Callable[[int], int | None] = lambda sid: None,
     ) -> Decisions:
         """Decide from one round of samples taken at ``now`` (monotonic seconds).
 
@@ -246,24 +286,34 @@ class Watch:
         session's preemptible processes used since the last round, counted per process (their
         own CPU time and their reaped children's): it sees work in processes that lived less
         than a round, which per-thread samples miss; a session's demand is the larger of both.
+        ``interactive(sid)``: the user of an interactive session (None: it is not one); a
+        user's interactive sessions together keep up to ``interactive_cpus`` (the least busy
+        first), the others are demoted like any busy session.
         """
         rates = self.rates(now, samples)
         out = Decisions()
         cfg = self.preempt
 
-        # Demand of each session's preemptible threads, in CPUs.
+        # Demand of each session's counted threads, in CPUs.
         demand: dict[int, float] = {}
         for s in samples:
-            if s.layer in self.preemptible:
+            if s.layer in self.counted:
                 run, wait = rates.get(s.key, (0.0, 0.0))[:2]
                 demand[s.session] = demand.get(s.session, 0.0) + run + wait
         for sid, used in (process_demand or {}).items():
             demand[sid] = max(demand.get(sid, 0.0), used)
+        ran, runnable = self._progress(rates, samples)
         for sid, dem in list(self.demoted.items()):
             if not active:
                 out.release.append((sid, "no protected layer has threads"))
             elif not sessions_alive(sid):
                 out.release.append((sid, "the session is gone"))
+            elif self._below_floor(dem, now, sid in ran, sid in runnable):
+                out.release.append(
+                    (sid, f"it stayed runnable {cfg.floor:g} s without running (the floor)")
+                )
+                out.lifted.append(sid)
+                self.lifted[sid] = now
             else:
                 dem.demand_now = demand.get(sid, 0.0)
                 if dem.demand_now >= cfg.busy / 4:
@@ -277,10 +327,21 @@ class Watch:
                     )
         for sid, _ in out.release:
             self.demoted.pop(sid, None)
+        # A lifted session may be demoted again once a release's time has passed.
+        self.lifted = {sid: at for sid, at in self.lifted.items() if now - at < cfg.release_after}
         if active and self.preemptible:
-            for sid, want in sorted(demand.items()):
-                if want < cfg.busy or sid in self.demoted or kept(sid) is not None:
+            allowance: dict[int, float] = {}  # per user, the CPUs its interactive sessions keep
+            for sid, want in sorted(demand.items(), key=lambda item: (item[1], item[0])):
+                if want < cfg.busy or sid in self.demoted or sid in self.lifted:
                     continue
+                if kept(sid) is not None:
+                    continue
+                uid = interactive(sid)
+                if uid is not None:
+                    left = allowance.setdefault(uid, cfg.interactive_cpus)
+                    if want <= left:
+                        allowance[uid] = left - want
+                        continue
                 dem = Demotion(sid, now, want, demand_now=want)
                 self.demoted[sid] = dem
                 out.demote.append(dem)
@@ -320,6 +381,19 @@ class Watch:
                         continue
                     since, run0 = now, s.run_ns  # it gave the CPU back: a new window
                 hot[key] = (since, run0, 0)
+        # Not a thread its own user starves (unless hostd demoted it): what the user's other
+        # threads ran this round, per user.
+        ran_by: dict[int, float] = {}
+        for key, (run, *_) in rates.items():
+            uid = by_key[key].uid
+            ran_by[uid] = ran_by.get(uid, 0.0) + run
+        due = [
+            (since, key)
+            for since, key in due
+            if by_key[key].session in self.demoted
+            or by_key[key].uid < 0
+            or ran_by.get(by_key[key].uid, 0.0) - rates[key][0] < OWN_WORK
+        ]
         # The longest-starving first, within the boost budget; the others wait for a next round.
         budget = max(1, int(BOOST_BUDGET * self.preempt.interval / (g.boost_ms / 1000)))
         for _, key in sorted(due)[:budget]:
@@ -328,6 +402,32 @@ class Watch:
             starving[key] = (now, s.run_ns, s.wait_ns)  # the next boost a window later
         self._starving, self._hot = starving, hot
         return out
+
+    @staticmethod
+    def _progress(rates: Mapping[Key, tuple], samples: Iterable[Sample]) -> tuple[set, set]:
+        """The sessions whose threads ran since the last round, and those with a thread that
+        wanted to (it waited on a run queue, or was runnable at both samples)."""
+        ran: set[int] = set()
+        runnable: set[int] = set()
+        for s in samples:
+            got = rates.get(s.key)
+            if got is None:
+                continue
+            if got[0] > 0:
+                ran.add(s.session)
+            if got[1] > 0 or got[3]:
+                runnable.add(s.session)
+        return ran, runnable
+
+    def _below_floor(self, dem: Demotion, now: float, ran: bool, runnable: bool) -> bool:
+        """The floor: a demoted session that wanted a CPU for ``[preempt] floor`` seconds and
+        never got one (the guard's boosts did not reach it) is lifted."""
+        if ran or not runnable:
+            dem.waiting_since = None
+            return False
+        if dem.waiting_since is None:
+            dem.waiting_since = now
+        return now - dem.waiting_since >= self.preempt.floor
 
     def forget(self, keys: Iterable[Key]) -> None:
         """Threads that exited."""

@@ -221,6 +221,11 @@ class Collector:
         for name, key, doc in (
             ("hostd_demotions", "demotions", "Sessions demoted."),
             ("hostd_demotion_releases", "releases", "Demoted sessions released."),
+            (
+                "hostd_demotion_lifts",
+                "lifts",
+                "Demoted sessions lifted: runnable past the floor without running.",
+            ),
             ("hostd_guard_boosts", "boosts", "Starvation-guard boosts."),
             ("hostd_guard_runaways", "runaways", "Real-time threads returned to normal."),
         ):

@@ -6,7 +6,8 @@ threads of demoted sessions and hostd's real-time threads, one ``schedstat`` and
 (its state) per thread: ``hostd.preempt.Sample``-s for ``Watch.update``, every session's
 processes, and the CPUs each session's preemptible processes used since the last tick.
 ``kept`` asks ``hostd.preempt.why_kept`` whether a session must be left alone (the node's
-infrastructure, by the node model; a terminal, the job's own layers, the agent's own session).
+infrastructure, by the node model; the job's own layers, the agent's own session);
+``interactive`` whose an interactive session is (its user's allowance).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class Sampler:
         parent's)."""
         agent = self.loop.agent
         cache, host, demoted = agent.cache, agent.host, self.loop.watch.demoted
-        preemptible = agent.policy.preemptible
+        counted = self.loop.watch.counted
         rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
         sessions: dict[int, list[int]] = {}
         used: dict[int, float] = {}
@@ -68,7 +69,7 @@ class Sampler:
             if span <= 0:
                 continue
             item = agent.inc.classified.get(pid)
-            if item is None or item.layer not in preemptible:
+            if item is None or item.layer not in counted:
                 continue
             if same:
                 delta = total - prev[1]
@@ -91,10 +92,26 @@ class Sampler:
                 state = host.thread_state(pid, tid)
                 if got is not None and state is not None:
                     samples.append(
-                        Sample(task.key, pid, session, item.layer, got[0], got[1], state)
+                        Sample(task.key, pid, session, item.layer, got[0], got[1], state, task.uid)
                     )
         self.loop.counters["samples"] += len(samples)
         return samples, sessions, used
+
+    def interactive(self, sid: int, sessions: dict[int, list[int]]) -> int | None:
+        """The user of session ``sid`` when it is interactive, else None: a login that logind
+        gave a terminal; where logind says nothing of it (no systemd), a controlling terminal,
+        which a user may open at will (``script``): an interactive session only has an
+        allowance (``[preempt] interactive_cpus``), never a pass."""
+        cache = self.loop.agent.cache
+        procs = [cache.procs[pid] for pid in sessions.get(sid, []) if pid in cache.procs]
+        logins = [p.node for p in procs if p.node.kind == "login" and p.node.login]
+        if logins:
+            return next((w.uid for w in logins if w.login_tty and w.uid is not None), None)
+        for proc in procs:
+            if proc.tty:
+                leader = cache.tasks.get(proc.pid)
+                return leader.uid if leader is not None else None
+        return None
 
     def kept(self, sid: int, sessions: dict[int, list[int]]) -> str | None:
         """Why session ``sid`` is never demoted, or None."""

@@ -17,6 +17,7 @@ Its own cost is measured; the interval is stretched to 20 times it (at most 5 % 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -29,8 +30,10 @@ from hostd.agent.sampling import Sampler
 from hostd.agent.weights import GroupWeights, path_of
 from hostd.plan import may_touch
 from hostd.policy import Policy
-from hostd.preempt import Key, Watch, demoted_summary, shielding_layers
+from hostd.preempt import Key, Watch, counted_layers, demoted_summary, shielding_layers
 from hostd.reconcile import Observed, PassReport, desired_for_tasks
+
+log = logging.getLogger("hostd")
 
 if TYPE_CHECKING:
     from hostd.agent.core import Agent
@@ -43,7 +46,7 @@ class WatchLoop:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         policy = agent.policy
-        self.watch = Watch(policy.preempt, policy.guard, policy.preemptible)
+        self.watch = Watch(policy.preempt, policy.guard, policy.preemptible, counted_layers(policy))
         self.shielding = shielding_layers(policy)
         self.due = 0.0  # monotonic time of the next tick
         self.cost = 0.0  # seconds the last tick took
@@ -56,7 +59,9 @@ class WatchLoop:
         self.guard = Guard(self)
 
     def configure(self, policy: Policy) -> None:
-        self.watch.configure(policy.preempt, policy.guard, policy.preemptible)
+        self.watch.configure(
+            policy.preempt, policy.guard, policy.preemptible, counted_layers(policy)
+        )
         self.shielding = shielding_layers(policy)
 
     # -- what is watched -------------------------------------------------------------------------
@@ -102,9 +107,17 @@ class WatchLoop:
             kept=lambda sid: self.sampler.kept(sid, sessions),
             sessions_alive=lambda sid: sid in sessions,
             process_demand=used,
+            interactive=lambda sid: self.sampler.interactive(sid, sessions),
         )
         for dem in decisions.demote:
             self.demotions.demote(dem.sid, dem.demand, sessions)
+        for sid in decisions.lifted:
+            self.counters["lifts"] += 1
+            log.warning(
+                "preempt lift session=%d: runnable %g s without running while demoted (the "
+                "floor); not demoted again for %g s", sid, agent.policy.preempt.floor,
+                agent.policy.preempt.release_after,
+            )  # fmt: skip
         for sid, why in decisions.release:
             self.demotions.release(sid, why, sessions)
         for s in decisions.runaway:

@@ -262,6 +262,10 @@ class Preempt:
     interval: float = 1.0  # seconds between measurements (stretched to 20x their cost)
     release_after: float = 30.0  # seconds a demoted session must want less than busy/4
     session_nice: int | None = 19  # a demoted session's autogroup nice (None: "keep")
+    # the floor: a demoted session that stays runnable this long without running is lifted
+    floor: float = 10.0
+    # CPUs a user's interactive sessions (a login with a terminal) keep while a job runs
+    interactive_cpus: float = 1.0
     # What is never demoted, by what it is on the node (hostd.model.node): its kind, a pod's
     # namespace, a static pod, a systemd unit (shell-style patterns), a login of these users.
     keep_kinds: tuple[str, ...] = ("kernel", "init", "service")
@@ -997,8 +1001,9 @@ class _Checker:
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(
             value, "preempt", ("enabled", "busy", "interval", "release_after", "session_nice",
-                               "keep_kinds", "keep_namespaces", "keep_static_pods", "keep_units",
-                               "keep_logins_of"),
+                               "floor", "interactive_cpus", "keep_kinds", "keep_namespaces",
+                               "keep_static_pods",
+                               "keep_units", "keep_logins_of"),
         )  # fmt: skip
         d = Preempt()
         nice = data.get("session_nice", d.session_nice)
@@ -1024,6 +1029,20 @@ class _Checker:
             interval=interval,
             release_after=release,
             session_nice=None if nice == "keep" else nice,  # type: ignore[arg-type]
+            floor=self.number(
+                data.get("floor", d.floor),
+                "preempt.floor",
+                2 * interval,
+                3600,
+                "seconds (at least twice preempt.interval)",
+            ),
+            interactive_cpus=self.number(
+                data.get("interactive_cpus", d.interactive_cpus),
+                "preempt.interactive_cpus",
+                0,
+                4096,
+                "CPUs",
+            ),
             keep_kinds=self.words(
                 data.get("keep_kinds", d.keep_kinds),
                 "preempt.keep_kinds",

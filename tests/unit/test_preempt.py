@@ -12,7 +12,16 @@ from hostd.classify import Classified, Classifier
 from hostd.model.node import place
 from hostd.plan import TaskPlanner, plan
 from hostd.policy import Guard, Preempt, load_default, parse_policy
-from hostd.preempt import Sample, Watch, explain, shielding_layers, why_group_kept, why_kept
+from hostd.preempt import (
+    Demotion,
+    Sample,
+    Watch,
+    counted_layers,
+    explain,
+    shielding_layers,
+    why_group_kept,
+    why_kept,
+)
 from tests.synth import topology as synth
 from tests.unit.test_classify import LAUNCHER, RANK_ENV, make_task
 
@@ -75,6 +84,69 @@ def test_only_busy_preemptible_threads_count(layer: str, cpu: float, demoted: bo
     w = watch()
     _, d = feed(w, busy_rounds(2, tids=(11,), cpu_each=cpu, wait_each=0.0, layer=layer))
     assert bool(d.demote) is demoted
+
+
+@pytest.mark.parametrize(
+    ("wants", "demoted"),
+    [
+        ([0.9], []),  # one interactive session within the user's allowance (1 CPU)
+        ([0.9, 0.6], [1]),  # past it: the busier one goes
+        ([0.6, 0.6, 0.6], [2, 3]),  # three loops under ptys (`script`): one keeps its CPU
+    ],
+)
+def test_a_users_interactive_sessions_keep_an_allowance(wants, demoted) -> None:
+    """Issue 44.8: a terminal is a user's to open (`script`, `ssh -t`, tmux); three busy loops
+    under ptys kept 1.9 CPUs next to the job. Now a user's interactive sessions together keep
+    ``interactive_cpus``, the least busy first; the rest are demoted."""
+    w = watch(interactive_cpus=1.0)
+    rounds = [
+        [sample(10 * (k + 1), 1000 * want * i, 0, sid=k + 1) for k, want in enumerate(wants)]
+        for i in range(2)
+    ]
+    decisions = feed(w, rounds, interactive=lambda sid: 1000)
+    assert sorted(d.sid for d in decisions[-1].demote) == demoted
+
+
+def test_a_name_in_an_unprotected_layer_does_not_hide_a_busy_session() -> None:
+    """Issue 44.8: a busy loop named pt_elastic (the launcher's layer, neither protected nor
+    preemptible) was never counted. Every layer but the protected ones counts."""
+    w = Watch(Preempt(), Guard(), PREEMPTIBLE, counted=PREEMPTIBLE | {"helpers"})
+    _, d = feed(w, busy_rounds(2, tids=(11,), cpu_each=0.9, wait_each=0.0, layer="helpers"))
+    assert [x.sid for x in d.demote] == [500]
+    policy = load_default()
+    assert counted_layers(policy) == {ly.name for ly in policy.layers} - policy.protected
+
+
+def _starved_rounds(n: int, ran_until: int) -> list[list[Sample]]:
+    """A demoted session's thread that wants a CPU every round (it waits, state R) and runs
+    only in the first ``ran_until`` rounds: 0.5 s of CPU there, nothing after."""
+    return [
+        [sample(11, 500 * min(i, ran_until), 900 * i)] for i in range(n)
+    ]  # fmt: skip
+
+
+def test_a_demoted_session_that_gets_no_cpu_past_the_floor_is_lifted() -> None:
+    """Issue 43.3: the floor. Demoted at once (it wants 1.4 CPUs), it then waits every second
+    without running (the job keeps every CPU and the guard's boosts do not reach it): lifted
+    once it waited ``floor`` seconds, said so, and not demoted again for ``release_after``."""
+    w = watch(floor=4.0, release_after=10.0)
+    decisions = feed(w, _starved_rounds(20, ran_until=2))
+    demoted_at = next(i for i, d in enumerate(decisions) if d.demote)
+    lifted_at = next(i for i, d in enumerate(decisions) if d.lifted)
+    assert demoted_at == 1 and decisions[lifted_at].lifted == [500]
+    # it last ran in round 2, so rounds 3.. wait: 4 s of waiting after round 3 starts the count
+    assert lifted_at == 3 + 4
+    assert dict(decisions[lifted_at].release)[500].endswith("(the floor)")
+    again = [i for i, d in enumerate(decisions) if d.demote and i > lifted_at]
+    assert again and again[0] == lifted_at + 10  # held off for release_after, then demoted
+
+
+def test_a_demoted_session_that_runs_now_and_then_stays_demoted() -> None:
+    """Running a little (a boost, the idle class's share) is progress: no lift."""
+    w = watch(floor=4.0)
+    rounds = [[sample(11, 5 * i, 900 * i)] for i in range(20)]  # 5 ms a second
+    decisions = feed(w, rounds)
+    assert not any(d.lifted for d in decisions) and 500 in w.demoted
 
 
 def test_kept_sessions_are_never_demoted() -> None:
@@ -145,6 +217,36 @@ def test_a_starving_thread_is_boosted_after_starve_after() -> None:
     assert decisions[3].boost[0].key == (21, 7)
 
 
+def _with_uid(sample_: Sample, uid: int) -> Sample:
+    return dataclasses.replace(sample_, uid=uid)
+
+
+@pytest.mark.parametrize(
+    ("hog_uid", "demoted", "boosted"),
+    [
+        (1000, False, False),  # its own user's nice-0 sibling starves it: its own doing
+        (2000, False, True),  # another user's work starves it
+        (1000, True, True),  # hostd demoted it: hostd's doing
+    ],
+)
+def test_a_thread_starved_by_its_own_users_work_gains_nothing(hog_uid, demoted, boosted) -> None:
+    """Issue 44.13: a user's nice-19 process starved by its own nice-0 sibling got 10 ms of
+    SCHED_FIFO every 5 s. The guard boosts only what hostd's demotion or another user starves."""
+    w = Watch(Preempt(), Guard(starve_after=2.0), PREEMPTIBLE)
+    if demoted:
+        w.demoted[500] = Demotion(500, 0.0, 1.0)
+    rounds = [
+        [
+            _with_uid(sample(21, 5, 1000 * i, sid=500), 1000),  # runnable, never running
+            _with_uid(sample(31, 900 * i, 0, sid=600, state="R"), hog_uid),  # the hog
+        ]
+        for i in range(6)
+    ]
+    # no job runs unless hostd demoted it (else its busy session would be demoted too)
+    got = {s.key[0] for d in feed(w, rounds, active=demoted) for s in d.boost}
+    assert (21 in got) is boosted
+
+
 def test_a_thread_under_a_real_time_spinner_is_starving() -> None:
     """RT throttling leaves a normal thread 5 % of a CPU under a real-time spinner, and
     schedstat shows it waiting only about half of the time (measured on 6.18)."""
@@ -212,7 +314,7 @@ def test_a_busy_thread_hostd_did_not_make_real_time_is_no_runaway() -> None:
         (0, {"rest"}, False, "the kernel's or init's session"),
         (1, {"rest"}, False, "the kernel's or init's session"),
         (77, {"rest"}, False, "hostd's own session"),
-        (500, {"rest"}, True, "an interactive session (it has a controlling terminal)"),
+        (500, {"rest"}, True, None),  # a terminal: an allowance (Watch), never a pass
         (500, {"rest", "trainer"}, False, "it holds threads of the protected layer 'trainer'"),
         (500, {"system", "rest"}, False, "layer 'system' weighs its sessions itself"),
         (500, {"rest", "helpers", "compile"}, False, None),
