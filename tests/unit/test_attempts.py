@@ -290,26 +290,8 @@ def test_old_records_make_room_for_new_ones(tmp_path, monkeypatch):
     import hostd.agent.attempts as attempts_mod
 
     monkeypatch.setattr(attempts_mod, "MAX_FILES", 3)
-    tree = host_copy(tmp_path)
-    folder = tmp_path / "s" / "attempts"
-    folder.mkdir(parents=True, mode=0o700)
-    for i in range(5):
-        old = folder / f"old-{i}.json"
-        old.write_text("{}")
-        os.utime(old, (1_000_000 + i, 1_000_000 + i))
-    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
-                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
-    try:
-        agent.pass_once()
-        for tid, item in agent.inc.classified.items():
-            path = tree / "proc" / str(item.task.pid) / "task" / str(tid) / "schedstat"
-            path.write_text("1000 0 1\n")
-        agent.layer_stats.sample()
-        agent.layer_stats.sample()  # the fixture's job: two new records (one per user)
-    finally:
-        agent.journal.close()
-        agent.status.close()
-    names = sorted(p.name for p in folder.glob("*.json"))
+    old = {f"old-{i}.json": 1_000_000 + i for i in range(5)}
+    names = _records_after_one_sample(tmp_path, old)  # the fixture's job: two new records
     assert len(names) == 3, names
     assert sum("-dgx-job-17-" in n for n in names) == 2
     assert "old-4.json" in names  # the newest old one stays
