@@ -40,6 +40,7 @@ from hostd.plan import Plan, TaskPlanner, plan
 from hostd.policy import PolicyError, load_checked
 from hostd.reconcile import (
     TASK_KINDS,
+    THREAD_KINDS,
     Observed,
     PassReport,
     desired_state,
@@ -109,6 +110,8 @@ class Agent:
         self.exited: list[tuple[int, int]] = []
         self.scanned_ns = 0  # monotonic ns its reads of /proc ended (a thread born later: unread)
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
+        self.overflow_due: float | None = None  # events lost: a full pass at most then (loop)
+        self.renames_muted: float | None = None  # a rename storm: rename events off until then
         self.join_quiet = loop.JOIN_QUIET_S  # cpuset joins wait this long without events
         self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
         self.counters: Counter[str] = Counter()
@@ -328,11 +331,12 @@ class Agent:
     def close_exited(self, count: int | None = None) -> None:
         """Close the journal records of up to ``count`` (None: all) of the threads that exited.
         Nothing waits for it: a record of a thread that is gone only makes a restore find it
-        gone, and a full pass closes such records too."""
+        gone, and a full pass closes such records too. A session's knob kept on its exited
+        leader's key stays: the full pass closes it once no process of the session is left."""
         cut = 0 if count is None else max(0, len(self.exited) - count)
         chunk = self.exited[cut:]
         del self.exited[cut:]
-        self.journal.done(task_records(self.journal, chunk))
+        self.journal.done(task_records(self.journal, chunk, THREAD_KINDS))
 
     def apply_threads(
         self, want: dict, items: list[Classified], fresh: bool, born: dict | frozenset = frozenset()

@@ -57,6 +57,12 @@ CLOSE_CHUNK = 256  # exited threads whose journal records are closed per step (a
 CLOSE_HOLD = 4096
 STATS_STEP_S = 0.001  # the layers' statistics (a sample's reads), per step, while no event waits
 STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
+# Lost events mean a full pass, but at most one per OVERFLOW_GAP_S (or 10 times a full pass's
+# cost): a source that overflows the buffer again and again (one thread renaming itself in a
+# loop: four overflows a second) must not keep the agent in full passes. A read whose events
+# are mostly one thread's renames is a rename storm: rename events are muted for COMM_MUTE_S
+# where the kernel filters event types, then a full pass catches up (BENCHMARKS.md).
+OVERFLOW_GAP_S, COMM_MUTE_S = 5.0, 60.0
 # The agent's file descriptors: it raises its soft limit to this (or its hard limit, if lower;
 # the unit sets LimitNOFILE to it) and warns below FILES_MIN. It holds about 20 of its own, one
 # more per /proc read under way and at most 16 scrape connections (hostd.agent.metrics).
@@ -200,12 +206,54 @@ def next_full(agent: Agent) -> tuple[float, str]:
     else:
         every = max(agent.policy.rescan_interval, DRIFT_COST * agent.full_cost)
         due, why = agent.last_full + every, "drift"
+    if agent.overflow_due is not None and agent.overflow_due < due:
+        due, why = agent.overflow_due, "overflow"
+    if agent.renames_muted is not None and agent.renames_muted < due:
+        due, why = agent.renames_muted, "renames"
     return due, why
+
+
+def overflowed(agent: Agent, events: list) -> bool:
+    """Events were lost: whether a full pass is to be made now (else one is due at most
+    ``OVERFLOW_GAP_S`` after the last). A rename storm mutes rename events meanwhile."""
+    agent.counters["overflows"] += 1
+    renames: dict[int, int] = {}
+    for ev in events:
+        if getattr(ev, "kind", "") == "comm":
+            renames[ev.tid] = renames.get(ev.tid, 0) + 1
+    top = max(renames.items(), key=lambda item: item[1], default=(0, 0))
+    connector = agent.sources.connector
+    storm = top[1] >= len(events) // 2 and top[1] >= 64
+    if (
+        storm
+        and agent.renames_muted is None
+        and connector is not None
+        and connector.mute_renames(True)
+    ):
+        agent.renames_muted = time.monotonic() + COMM_MUTE_S
+        agent.counters["rename_storms"] += 1
+        log.warning(
+            "rename storm: thread %d renamed itself %d times of %d events; rename events "
+            "muted for %g s", top[0], top[1], len(events), COMM_MUTE_S,
+        )  # fmt: skip
+    gap = max(OVERFLOW_GAP_S, 10 * agent.full_cost)
+    if time.monotonic() - agent.last_full >= gap:
+        return True
+    if agent.overflow_due is None:
+        agent.overflow_due = agent.last_full + gap
+        log.warning("events lost again within %g s of a full pass: the next one at most then", gap)
+    return False
 
 
 def full(agent: Agent, reason: str) -> None:
     gc.unfreeze()  # what the last pass kept may be garbage now
     agent.join_quiet = JOIN_QUIET_S  # a full pass joins every thread that waited: backoff ends
+    agent.overflow_due = None  # it reads every thread: what was lost is found
+    muted = agent.renames_muted
+    if muted is not None and time.monotonic() >= muted and agent.sources.connector is not None:
+        agent.sources.connector.mute_renames(False)
+        agent.renames_muted = None
+        log.info("rename events back")
     try:
         agent.pass_once(reason)
     except Exception:  # a bug or a full disk must not leave the host half-changed
@@ -270,9 +318,10 @@ def step(agent: Agent) -> None:
         # (none ready: the next of the threads that earlier events named, newest first)
         events = sources.connector.read(agent.MAX_BATCH) if events_ready else []
         if any(isinstance(ev, Overflow) for ev in events):
-            agent.counters["overflows"] += 1
-            log.warning("events lost (receive buffer overflow): rescanning /proc")
-            return full(agent, "overflow")
+            if overflowed(agent, events):
+                log.warning("events lost (receive buffer overflow): rescanning /proc")
+                return full(agent, "overflow")
+            events = [ev for ev in events if not isinstance(ev, Overflow)]
         try:
             agent.event_pass(events)  # type: ignore[arg-type]
         except Exception:

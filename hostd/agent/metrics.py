@@ -192,7 +192,16 @@ class Collector:
         yield actions
         for name, key, doc in (
             ("hostd_events", "events", "Thread events from the proc connector."),
-            ("hostd_event_overflows", "overflows", "Event buffer overflows (each a full pass)."),
+            (
+                "hostd_event_overflows",
+                "overflows",
+                "Event buffer overflows (a full pass, at most one per 5 s).",
+            ),
+            (
+                "hostd_rename_storms",
+                "rename_storms",
+                "One thread's rename storms: rename events muted for a minute.",
+            ),
             ("hostd_device_events", "device_events", "Device events (each a full pass)."),
             ("hostd_relooked_threads", "relooked", "Unnamed job threads moved by what they do."),
             ("hostd_slow_cpuset_joins", "slow_joins", "Cpuset joins that held forks (backed off)."),

@@ -199,6 +199,18 @@ class ProcConnector:
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    def mute_renames(self, mute: bool) -> bool:
+        """Ask the kernel to stop (or start again) sending rename (comm) events: the way out of
+        one thread's rename storm (``hostd.agent.loop``). Only where it filters event types
+        (>= 6.6); False elsewhere."""
+        if not self.filtered:
+            return False
+        wanted = WANTED & ~EV_COMM if mute else WANTED
+        with contextlib.suppress(OSError):
+            self._request(struct.pack("=II", PROC_CN_MCAST_LISTEN, wanted), None)
+            return True
+        return False
+
     def read(self, limit: int = 4096) -> list[Event | Overflow]:
         """Every pending event, up to ``limit``; never blocks. An ``Overflow`` means rescan."""
         out: list[Event | Overflow] = []

@@ -61,3 +61,32 @@ def test_thread_and_process_events_arrive():
     assert Event("exit", child.pid, child.pid) in mine
     if conn.filtered:  # kernel >= 6.6: only the four kinds hostd asked for
         assert {e.kind for e in seen} <= {"fork", "exec", "comm", "exit"}
+
+
+def test_rename_events_can_be_muted_and_unmuted():
+    """A rename storm's way out (issue 44.10): the kernel stops sending this socket's rename
+    events while they are muted, and sends them again after; forks and exits go on."""
+
+    def renamed(name: str) -> int:
+        tid = []
+
+        def body() -> None:
+            tid.append(threading.get_native_id())
+            with open(f"/proc/self/task/{tid[0]}/comm", "w") as fh:
+                fh.write(name)
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        return tid[0]
+
+    with ProcConnector() as conn:
+        if not conn.filtered:
+            pytest.skip("the kernel filters no event types (before 6.6): nothing to mute")
+        assert conn.mute_renames(True)
+        muted = renamed("hostd_mute_a")
+        seen = _events_until(conn, lambda s: any(e.kind == "exit" and e.tid == muted for e in s))
+        assert not [e for e in seen if e.kind == "comm" and e.tid == muted]
+        assert conn.mute_renames(False)
+        heard = renamed("hostd_mute_b")
+        _events_until(conn, lambda s: any(e.kind == "comm" and e.tid == heard for e in s))
