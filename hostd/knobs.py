@@ -31,6 +31,7 @@ import errno
 import functools
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from hostd.host import Gone, Host
@@ -79,6 +80,9 @@ class Spec:
     apply_order: int  # a pass writes lower orders first
     restore_phase: int = 1  # a restore puts back lower phases first (reverse journal order within)
     per_task: bool = False  # a thread's (or process's) knob: gone with the thread
+    # a session's knob kept on its leader's key: it lives while any process of the session
+    # does, not only while the leader does (the autogroup: a nohup'd child outlives its shell)
+    session_bound: bool = False
     inheritable: bool = False  # threads created by a thread hostd changed inherit the value
     agent_owned: bool = False  # recorded and given back by the agent (agent.watch), never a pass
     host_wide: bool = False  # a setting of the whole host: never written from a sidecar
@@ -147,6 +151,12 @@ def _parse_task_key(key: str) -> tuple[int, int]:
         raise KeyError(key)
     tid, _, start = ident.partition("@")
     return int(tid), int(start)
+
+
+# The boot tick at which the original being put back was recorded (``hostd.reconcile``'s restore
+# sets it around each key): a session's knob then acts through a member of the session only if
+# that member existed then, so a session id reused after a crash is never taken for it.
+RECORDED_AT: ContextVar[int | None] = ContextVar("recorded_at", default=None)
 
 
 def live_tid(host: Host, key: str) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,9 +36,12 @@ from hostd.plan import NumaPlan, Plan, TaskPlan
 # demoted session's record and its cgroup's weight stay while the session is demoted, whatever a
 # pass wants.
 AGENT_KINDS = kinds(agent_owned=True)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 # What a thread passes on to the threads and processes it creates (sched(7), fork(2)).
 INHERITABLE = kinds(inheritable=True)
 TASK_KINDS = tuple(sorted(kinds(per_task=True)))
+# ... less the session's knobs kept on a leader's key: a thread's exit does not end them
+THREAD_KINDS = tuple(k for k in TASK_KINDS if k not in kinds(session_bound=True))
 
 
 class Result(NamedTuple):
@@ -177,6 +181,13 @@ def same(current: object, wanted: object) -> bool:
     return True
 
 
+def _sessions(snapshot: Observed | None) -> set[int]:
+    """The sessions that the snapshot's threads are in (a full pass: every thread's)."""
+    if snapshot is None:
+        return set()
+    return {t.process.session for t in snapshot.tasks.values()}
+
+
 def _outcome(exc: HostError) -> str:
     if exc.errno == errno.EOPNOTSUPP:
         return "unsupported"
@@ -282,6 +293,7 @@ def prepare(
 
     # Knobs hostd changed before that the plan no longer wants: back to their originals.
     giveback: list[str] = []
+    sessions: set[int] | None = None  # the sessions the snapshot's threads are in (when asked)
     if journal is not None:
         gone = []
         candidates = journal.recorded() if only is None else task_records(journal, only)
@@ -293,13 +305,18 @@ def prepare(
                 and knobs.is_task_key(key)
                 and (ident := knobs.parse_task_key(key)) not in live_keys
             ):
-                # Not seen by the scan: closed only when the kernel says the thread is gone. A
-                # failed read (EMFILE: the agent out of file descriptors) keeps the record; a
-                # thread alive but unseen (out of the agent's scope now) is given back below.
+                # Not seen by the scan: closed only when the kernel says the thread is gone (a
+                # session's knob: when no process of the session is left). A failed read
+                # (EMFILE: the agent out of file descriptors) keeps the record; a thread alive
+                # but unseen (out of the agent's scope now), or a session outliving its leader,
+                # is given back below (through a member).
                 try:
                     if host.start_time(ident[0], strict=True) != ident[1]:
-                        gone.append(key)
-                        continue
+                        if sessions is None:
+                            sessions = _sessions(snapshot)
+                        if not (knobkinds.spec_of(key).session_bound and ident[0] in sessions):
+                            gone.append(key)
+                            continue
                 except HostError as exc:
                     report.results.append(
                         Result(key, "error", None, f"unseen, and not known to be gone: {exc}")
@@ -375,7 +392,9 @@ def finish(
 _UNKNOWN = object()
 
 
-def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str]:
+def task_records(
+    journal: Journal, tasks: Iterable[tuple[int, int]], kinds: tuple[str, ...] = TASK_KINDS
+) -> list[str]:
     """The journal's keys for these (tid, start_time) threads (``knobs.task_key``, a thread's
     prefix built once: a storm's exits ask this for thousands of threads a second)."""
     records = journal.records
@@ -383,7 +402,7 @@ def task_records(journal: Journal, tasks: Iterable[tuple[int, int]]) -> list[str
         key
         for tid, start in tasks
         for prefix in (f"task/{tid}@{start}/",)
-        for kind in TASK_KINDS
+        for kind in kinds
         if (key := prefix + kind) in records
     ]
 
@@ -400,8 +419,14 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
         return []
     results = []
     done = []
+    # the boot tick of a wall-clock time (a record's), for ``knobs.RECORDED_AT``
+    boot_wall = time.time() - host.ticks_now() / CLK_TCK
     for key in _restore_order(keys):
         orig = journal.original(key)
+        record = journal.records.get(key)
+        knobs.RECORDED_AT.set(
+            None if record is None else int((record.time - boot_wall) * CLK_TCK) + CLK_TCK
+        )
         try:
             current = knobkinds.read(host, key)
             if same(current, orig):
@@ -415,6 +440,7 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
             if outcome == "gone":
                 done.append(key)
             results.append(Result(key, outcome, orig, str(exc)))
+    knobs.RECORDED_AT.set(None)
     journal.done(done)
     return results
 

@@ -51,12 +51,23 @@ def _write_nice(host: Host, key: str, value: object) -> None:
 
 def _session_process(host: Host, key: str) -> int:
     """A live process of the session the key's leader led: the leader, or, once it exited,
-    another member (they share its autogroup, and the kernel keeps the session id unused)."""
+    another member (they share its autogroup, and the kernel keeps the session id unused while
+    one lives). Putting an original back (``knobs.RECORDED_AT``), only a member that existed
+    when it was recorded: after a crash the whole session may be gone and its id reused by an
+    unrelated one, whose processes all started later."""
     try:
         return knobs.live_tid(host, key)
     except Gone:
         sid, _ = knobs.parse_task_key(key)
-        member = next((pid for pid, st in host.processes().items() if st.session == sid), None)
+        at = knobs.RECORDED_AT.get()
+        member = next(
+            (
+                pid
+                for pid, st in host.processes().items()
+                if st.session == sid and (at is None or st.start_time <= at)
+            ),
+            None,
+        )
         if member is not None:
             return member
         raise
@@ -118,6 +129,7 @@ AUTOGROUP = knobs.Spec(
     noun="session (autogroup) nice",
     apply_order=4,
     per_task=True,
+    session_bound=True,
     needs="sched",
 )
 

@@ -7,12 +7,17 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.privileged.test_agent import HOSTD, Agent, host_state, needs_v1_cpuset
+from tests.agentproc import wait_for
+from tests.privileged.test_agent import AUTOGROUPS, HOSTD, Agent, host_state, needs_v1_cpuset
+from tests.privileged.test_preempt import _autogroup, _policy
 from tests.workload import TrainingJob
 
 pytestmark = [
@@ -60,3 +65,84 @@ def test_idle_scrapes_cannot_exhaust_the_agents_files_and_lose_originals(tmp_pat
         assert agent.proc.returncode == 0, log
         assert host_state(job) == before, log
         assert "Traceback" not in log
+
+
+PREEMPT = Path(__file__).with_name("preempt.toml")
+TJOB = (  # the preempt policy's protected job: an idle process named tjob
+    "open('/proc/self/comm', 'w').write('tjob')\nimport time\ntime.sleep(600)"
+)
+
+
+@pytest.mark.skipif(not AUTOGROUPS, reason="autogroups are off")
+def test_a_demoted_session_whose_leader_exits_gets_its_weight_back(tmp_path: Path):
+    """Issue 44.3: a busy child of a session whose leader exits (nohup, `setsid sh -c 'job &'`,
+    an ended ssh session) was demoted; its session's weight was kept on the leader's task, and
+    the next full pass closed that record as gone, so the session stayed at nice 19 after the
+    stop. A session's knob lives while the session does: given back through a member."""
+    job = subprocess.Popen([sys.executable, "-c", TJOB], start_new_session=True)
+    leader = subprocess.Popen(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' & echo $!; read x"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    child = int(leader.stdout.readline())
+    try:
+        before = (_policy(child), _autogroup(child))
+        agent = Agent(tmp_path, 1, policy=PREEMPT)
+        try:
+            agent.wait_passes(1)
+            wait_for(lambda: _policy(child) == os.SCHED_IDLE and _autogroup(child) == "19",
+                     "the busy session demoted", agent)  # fmt: skip
+            leader.stdin.close()  # the leader exits; its busy child stays in the session
+            leader.wait()
+            agent.full_pass()
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert (_policy(child), _autogroup(child)) == before, log
+    finally:
+        for proc in (job, leader):
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+ORPHANING = (  # a parent that forks a data worker, says its pid, and exits when told
+    "import os, sys, time\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    open('/proc/self/comm', 'w').write('pt_data_worker')\n"
+    "    time.sleep(600)\n"
+    "    os._exit(0)\n"
+    "print(pid, flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def test_an_orphan_that_leaves_the_scope_is_still_restored(tmp_path: Path):
+    """Issue 44.14: with ``--scope-pid``, a process whose parent exits is reparented out of the
+    scope; the next full pass took it for gone and closed its records, so it kept hostd's values
+    after the stop. What hostd changed stays in its care until it is restored."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHANING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    worker = int(parent.stdout.readline())
+    try:
+        before = (_policy(worker), os.getpriority(os.PRIO_PROCESS, worker))
+        agent = Agent(tmp_path, parent.pid)  # tests/privileged/policy.toml: data: BATCH, nice 5
+        try:
+            agent.wait_passes(1)
+            wait_for(lambda: _policy(worker) == os.SCHED_BATCH, "the worker placed", agent)
+            parent.stdin.close()  # the parent exits: the worker is init's, out of the scope
+            parent.wait()
+            agent.full_pass()
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert (_policy(worker), os.getpriority(os.PRIO_PROCESS, worker)) == before, log
+    finally:
+        parent.kill()
+        parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
