@@ -1,0 +1,97 @@
+"""Real cgroups at the paths a real node has, and containerd's record of a pod's container, for
+the tests and the benchmark of the node model (tests/privileged/test_node.py, bench/node.py).
+
+``Cgroup(path)`` makes ``path`` in every hierarchy that matters here: the v2 tree (or v1's
+unified one), where the node model reads a process's path, and v1's ``cpu``, where the CPU is
+shared; ``join`` moves the calling process in (a child between fork and exec, as runc, logind
+and slurmstepd place what they start); ``remove`` moves what is left to the hierarchy's root and
+removes what it made, deepest first. ``bundle`` writes a container's OCI spec where containerd's
+CRI plugin keeps it, with the pod's namespace; the caller makes sure no containerd keeps that
+folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from pathlib import Path
+
+CGROUP = Path("/sys/fs/cgroup")
+CONTAINERD = Path("/run/containerd/io.containerd.runtime.v2.task/k8s.io")
+
+
+def hexid() -> str:
+    """A container id as runtimes make them: 64 hex digits."""
+    return uuid.uuid4().hex + uuid.uuid4().hex
+
+
+def pod_path(qos: str, container: str) -> str:
+    """The kubelet's (systemd driver) cgroup of a container of a new pod of QoS class ``qos``."""
+    uid = str(uuid.uuid4()).replace("-", "_")
+    return (
+        f"/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
+        f"cri-containerd-{container}.scope"
+    )
+
+
+def bundle(container: str, namespace: str, pod: str = "") -> Path:
+    """containerd's record of a pod's container, as its CRI plugin writes it; its folder."""
+    folder = CONTAINERD / container
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"ociVersion": "1.1.0", "annotations": {
+        "io.kubernetes.cri.container-type": "container",
+        "io.kubernetes.cri.sandbox-namespace": namespace,
+        "io.kubernetes.cri.sandbox-name": pod or f"{namespace}-pod-x7",
+    }}))  # fmt: skip
+    return folder
+
+
+class Cgroup:
+    """A cgroup at ``path`` in the v2 tree (or v1's unified one) and in v1's cpu hierarchy."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.made: list[Path] = []
+        self.dirs: list[tuple[Path, Path]] = []  # (the hierarchy's root, the cgroup there)
+        tops = [t for t in (CGROUP / "unified", CGROUP / "cpu") if (t / "cgroup.procs").exists()]
+        for top in tops or [CGROUP]:
+            here = top
+            for part in path.strip("/").split("/"):
+                here = here / part
+                if not here.exists():
+                    here.mkdir()
+                    self.made.append(here)
+            self.dirs.append((top, here))
+
+    def join(self) -> None:
+        """Move the calling process in."""
+        for _, here in self.dirs:
+            with open(here / "cgroup.procs", "w") as fh:
+                fh.write("0")
+
+    def weight(self) -> dict[str, str]:
+        """What hostd would write to weigh it down: its cpu.idle, cpu.shares, cpu.weight."""
+        found = {}
+        for _, here in self.dirs:
+            for name in ("cpu.idle", "cpu.shares", "cpu.weight"):
+                with contextlib.suppress(OSError):
+                    found[f"{here}/{name}"] = (here / name).read_text().strip()
+        return found
+
+    def remove(self) -> None:
+        for top, here in self.dirs:
+            with contextlib.suppress(OSError):
+                for pid in (here / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(OSError):
+                        (top / "cgroup.procs").write_text(pid)
+        for here in reversed(self.made):
+            for _ in range(50):
+                try:
+                    here.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)  # a killed process still leaving it (EBUSY)

@@ -1,0 +1,204 @@
+"""A stand-in node, as real processes in real cgroups at the paths a real node has (issue 43): the
+node's own infrastructure is never demoted, competing work wherever it sits is, no cgroup another
+manager owns is written unless the policy says so, and the stop puts every thread, session and
+cgroup back (root, live kernel; cgroup v1 here, v2 in the VM tier, which runs these tests too).
+
+Each busy process is placed in its cgroup and session before it execs (as runc, logind and
+slurmstepd place what they start) in every hierarchy that matters: the v2 tree (or v1's unified
+one) where the node model reads the path, and v1's ``cpu`` where the CPU is shared. A pod's
+namespace is in its container's bundle at containerd's path, written by the test only where no
+containerd keeps that folder (else the pods are left out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.agentproc import wait_for
+from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path
+from tests.privileged.test_agent import AUTOGROUPS
+from tests.privileged.test_preempt import HOSTD, Agent, _autogroup, _policy
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: cgroups, sessions of other users"),
+    pytest.mark.skipif(HOSTD is None, reason="the hostd console script is not installed"),
+]
+
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+BUSY = textwrap.dedent(
+    """
+    import os, sys
+    with open("/proc/self/comm", "w") as fh:
+        fh.write(sys.argv[1])
+    if sys.argv[1] == "tjob":
+        import time
+        while True:
+            time.sleep(3600)
+    while True:
+        pass
+    """
+)
+POLICY = textwrap.dedent(
+    """
+    version = 1
+    name = "node-test"
+    [agent]
+    interval = 0.2
+    [preempt]
+    interval = 0.2
+    busy = 0.3
+    release_after = 1
+    [guard]
+    enabled = false
+    [[layer]]
+    name = "job"
+    comment = "the protected job: an idle process"
+    match = [[{ comm_prefix = "tjob" }, { uid = 0 }]]
+    preempt = true
+    [[layer]]
+    name = "rest"
+    comment = "everything else: preemptible, unless the node keeps it ([preempt] keep_*)"
+    match = [[]]
+    preemptible = true
+    """
+)
+
+
+class Node:
+    """The stand-in node: name -> (cgroup path, uid, demoted or kept by the default rules)."""
+
+    def __init__(self) -> None:
+        infra, work = hexid(), hexid()
+        self.layout: dict[str, tuple[str, int, bool]] = {
+            "container": (f"/system.slice/docker-{hexid()}.scope", 0, True),
+            "transient": ("/system.slice/run-u4242.service", 0, True),
+            "service": ("/system.slice/hostd-test-busy.service", 0, False),
+            "root-login": ("/user.slice/user-0.slice/session-4242.scope", 0, False),
+            "user-login": ("/user.slice/user-65534.slice/session-4243.scope", 65534, True),
+        }
+        self.bundles: list[Path] = []
+        self.cgroups: dict[str, Cgroup] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.job: subprocess.Popen | None = None
+        self.made_runtime = not CONTAINERD.parent.exists()
+        self.infra, self.work = infra, work
+
+    def start(self) -> None:
+        """Start every process in its place (``close`` undoes what was started, also when this
+        stops half-way)."""
+        infra, work = self.infra, self.work
+        if self.made_runtime:
+            self.bundles = [bundle(infra, "kube-system"), bundle(work, "team-a")]
+            self.layout["infra-pod"] = (pod_path("burstable", infra), 0, False)
+            self.layout["workload-pod"] = (pod_path("besteffort", work), 0, True)
+        for name, (path, _, _) in self.layout.items():
+            self.cgroups[name] = Cgroup(path)
+        self.job = subprocess.Popen([PYTHON, "-c", BUSY, "tjob"], start_new_session=True)
+        for name, (_, uid, _) in self.layout.items():
+            cg = self.cgroups[name]
+
+            def place(cg=cg, uid=uid) -> None:
+                cg.join()
+                if uid:
+                    os.setgid(uid)
+                    os.setuid(uid)
+
+            self.procs[name] = subprocess.Popen(
+                [PYTHON, "-c", BUSY, f"tb-{name}"[:15]], start_new_session=True, preexec_fn=place
+            )
+
+    def close(self) -> None:
+        for proc in [self.job, *self.procs.values()]:
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+        for cg in self.cgroups.values():
+            cg.remove()
+        for folder in self.bundles:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self.made_runtime:
+            for path in (CONTAINERD, CONTAINERD.parent, CONTAINERD.parent.parent):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+    def state(self) -> dict:
+        """Each process's policy and autogroup nice, and each cgroup's weight files."""
+        return {
+            name: (_policy(p.pid), _autogroup(p.pid), self.cgroups[name].weight())
+            for name, p in self.procs.items()
+        }
+
+
+@pytest.fixture
+def node():
+    n = Node()
+    try:
+        n.start()
+        yield n
+    finally:
+        n.close()
+
+
+@pytest.mark.parametrize(
+    ("write", "crash"),
+    [(False, False), (True, False), (True, True)],
+    ids=["no writes", "write containers", "write containers, kill -9 and restore"],
+)
+def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, crash):
+    """The default rules on a node of every kind: a container under system.slice, a systemd-run
+    unit, another user's login and a workload pod are demoted (SCHED_IDLE, autogroup nice 19);
+    a system service, root's login and a kube-system pod are not. No cgroup of theirs is
+    written unless ``[cgroups] write`` names its kind (then the container's cgroup yields, and
+    gets its weight back at the stop). After the stop (or ``kill -9`` and ``hostd restore``)
+    every thread, session and cgroup is as before."""
+    policy = tmp_path / "node.toml"
+    policy.write_text(POLICY + ('\n[cgroups]\nwrite = ["container"]\n' if write else ""))
+    before = node.state()
+    agent = Agent(tmp_path, 1, policy=policy)  # the whole host: scoped below init
+    demoted = [n for n, (_, _, d) in node.layout.items() if d]
+    kept = [n for n, (_, _, d) in node.layout.items() if not d]
+    try:
+        agent.wait_passes(1)
+
+        def down() -> bool:
+            return all(_policy(node.procs[n].pid) == os.SCHED_IDLE for n in demoted)
+
+        wait_for(down, "the competing work demoted", agent)
+        now = node.state()
+        for name in kept:
+            assert now[name] == before[name], (name, now[name])
+        for name in demoted:
+            assert now[name][1] == ("19" if AUTOGROUPS else before[name][1]), name
+        for name in demoted:
+            if name == "container" and write:
+                assert now[name][2] != before[name][2], "the container's cgroup yields"
+            else:
+                assert now[name][2] == before[name][2], f"{name}'s cgroup was written"
+        want = {node.procs[n].pid for n in demoted}
+
+        def said() -> bool:  # status.json, written at most once a second
+            listed = (agent.status().get("preempt") or {}).get("demoted", [])
+            return {d["session"] for d in listed} == want
+
+        wait_for(said, "status.json lists the demoted sessions", agent)
+    finally:
+        log = agent.stop(signal.SIGKILL if crash else signal.SIGTERM)
+    if crash:
+        out = subprocess.run(
+            [HOSTD, "restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout + out.stderr
+    else:
+        assert agent.proc.returncode == 0, log
+    assert node.state() == before, log
+    assert "Traceback" not in log
