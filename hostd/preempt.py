@@ -64,7 +64,8 @@ STARVED = 0.1
 BOOST_BUDGET = 0.05  # boosts take at most this share of one CPU
 # A starving thread whose own user's other threads ran this many CPUs meanwhile is starved by
 # its own user's work (a nice-19 process behind its nice-0 sibling): no boost, unless hostd
-# demoted it (then the starvation is hostd's doing).
+# demoted it (then the starvation is hostd's doing) or it is root's (root gains nothing by it,
+# and its services are the node's: a root thread a root real-time spinner starves is boosted).
 OWN_WORK = 0.5
 
 
@@ -391,7 +392,7 @@ class Watch:
             (since, key)
             for since, key in due
             if by_key[key].session in self.demoted
-            or by_key[key].uid < 0
+            or by_key[key].uid <= 0
             or ran_by.get(by_key[key].uid, 0.0) - rates[key][0] < OWN_WORK
         ]
         # The longest-starving first, within the boost budget; the others wait for a next round.

@@ -241,7 +241,10 @@ def overflowed(agent: Agent, events: list) -> bool:
         return True
     if agent.overflow_due is None:
         agent.overflow_due = agent.last_full + gap
-        log.warning("events lost again within %g s of a full pass: the next one at most then", gap)
+        log.warning(
+            "events lost (receive buffer overflow): rescanning /proc %g s after the last rescan "
+            "at most (lost again soon after it); the events that came are used meanwhile", gap,
+        )  # fmt: skip
     return False
 
 
