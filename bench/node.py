@@ -37,9 +37,10 @@ starts), ``node+hostd+write`` (the same policy with ``[cgroups] write = ["contai
 may weigh down the container's own cgroup, which the default does not do) and ``node+hostd-ops``
 (the same policy with ``[preempt] keep_logins_of = []``: root's login is demoted like any busy
 session; what keeping an operator's commands costs the job, and what demoting them costs the
-operator). The job's speed is
-judged against alone and against quiet (what the node's own work leaves it) on the median and
-on the worst repetition; the infrastructure on every
+operator) and ``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
+weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure). The job's
+speed is judged against alone and against quiet (what the node's own work leaves it) on the
+median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
 while demoted (its CPU share and its longest wait between two runs) says what the floor gave it.
 Never part of the tests.
@@ -73,7 +74,10 @@ from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path  # noqa: E4
 
 SECTION = "## A node with its infrastructure (bench/node.py)"
 TRAIN = HERE / "trainer" / "train.py"
-ARMS = ("alone", "infra", "quiet", "node", "node+hostd", "node+hostd+write", "node+hostd-ops")
+ARMS = (
+    "alone", "infra", "quiet", "node", "node+hostd", "node+hostd+write", "node+hostd-ops",
+    "node+hostd+nice0",
+)  # fmt: skip
 WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
 # the default, but root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
 OPS = b"\n[preempt]\nkeep_logins_of = []\n"
@@ -353,7 +357,10 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
     if arm.startswith("node+hostd"):
         policy = work / "policy.toml"
         extra = {"node+hostd+write": WRITE, "node+hostd-ops": OPS}.get(arm, b"")
-        policy.write_bytes(default_policy_bytes() + extra)
+        text = default_policy_bytes() + extra
+        if arm.endswith("nice0"):  # the ranks' sessions at the default weight
+            text = text.replace(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")
+        policy.write_bytes(text)
         agent = AgentProc(work / f"{arm}-{rep}", policy=str(policy))
         agent.wait_passes(1)
     node = Node(work, args, infra=arm != "alone", contended=arm.startswith("node"))
