@@ -38,7 +38,8 @@ may weigh down the container's own cgroup, which the default does not do) and ``
 (the same policy with ``[preempt] keep_logins_of = []``: root's login is demoted like any busy
 session; what keeping an operator's commands costs the job, and what demoting them costs the
 operator) and ``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
-weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure). The job's
+weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure; with
+``+write`` too). The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
@@ -76,7 +77,7 @@ SECTION = "## A node with its infrastructure (bench/node.py)"
 TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
     "alone", "infra", "quiet", "node", "node+hostd", "node+hostd+write", "node+hostd-ops",
-    "node+hostd+nice0",
+    "node+hostd+nice0", "node+hostd+write+nice0",
 )  # fmt: skip
 WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
 # the default, but root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
@@ -356,7 +357,7 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
     agent = None
     if arm.startswith("node+hostd"):
         policy = work / "policy.toml"
-        extra = {"node+hostd+write": WRITE, "node+hostd-ops": OPS}.get(arm, b"")
+        extra = WRITE if "+write" in arm else OPS if arm.endswith("-ops") else b""
         text = default_policy_bytes() + extra
         if arm.endswith("nice0"):  # the ranks' sessions at the default weight
             text = text.replace(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")

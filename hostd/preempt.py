@@ -218,11 +218,7 @@ class Watch:
         preemptible: frozenset[str],
         counted: frozenset[str] | None = None,
     ) -> None:
-        self.preempt = preempt
-        self.guard = guard
-        self.preemptible = preemptible
-        # the layers whose threads' CPU makes a session busy (``counted_layers``)
-        self.counted = preemptible if counted is None else counted
+        self.configure(preempt, guard, preemptible, counted)
         self.demoted: dict[int, Demotion] = {}
         self.runaways: set[Key] = set()
         self._last: dict[Key, tuple[float, int, int, str]] = {}
@@ -238,7 +234,9 @@ class Watch:
         preemptible: frozenset[str],
         counted: frozenset[str] | None = None,
     ) -> None:
-        """A reloaded policy: new settings, the same state."""
+        """Its settings (a reloaded policy: new settings, the same state). ``counted``: the
+        layers whose threads' CPU makes a session busy (``counted_layers``; by default the
+        preemptible ones)."""
         self.preempt, self.guard, self.preemptible = preempt, guard, preemptible
         self.counted = preemptible if counted is None else counted
 

@@ -312,9 +312,12 @@ def prepare(
                 # is given back below (through a member).
                 try:
                     if host.start_time(ident[0], strict=True) != ident[1]:
+                        if not knobkinds.spec_of(key).session_bound:
+                            gone.append(key)
+                            continue
                         if sessions is None:
                             sessions = _sessions(snapshot)
-                        if not (knobkinds.spec_of(key).session_bound and ident[0] in sessions):
+                        if ident[0] not in sessions:  # no process of the session is left
                             gone.append(key)
                             continue
                 except HostError as exc:
