@@ -23,8 +23,8 @@ Never demoted (``why_kept``): the kernel's and init's sessions (0 and 1), hostd'
 infrastructure (``why_place_kept``: ``[preempt] keep_*`` over the node model), and a session
 holding a thread of a protected layer (the job's own sessions) or of a layer that weighs its
 sessions itself (``sched.group_nice``, such as the default policy's system services). A
-session's CPU counts if its threads are in any layer but a protected one (``counted_layers``: a
-name that lands in an unprotected, unpreemptible layer does not hide a busy loop). An
+session's CPU counts if its threads are in a preemptible layer or in any other unprotected layer
+a user can land in by what they set (``counted_layers``: a name does not hide a busy loop). An
 interactive session (a login logind gave a terminal; without logind, a controlling terminal,
 which any user may open) has an allowance: a user's interactive sessions together keep
 ``[preempt] interactive_cpus`` while a job runs, the least busy first; past it, they are demoted
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from hostd.model.node import Place, place
-from hostd.policy import Guard, Policy, Preempt
+from hostd.policy import Guard, Policy, Preempt, gated
 
 Key = tuple[int, int]  # (tid, start_time)
 
@@ -194,13 +194,16 @@ def why_group_kept(
 
 
 def counted_layers(policy: Policy) -> frozenset[str]:
-    """The layers whose threads' CPU makes a session busy: every layer but the protected ones.
-    A layer that is not preemptible (the launcher's, matched by a name any user may give) still
-    counts: its busy session is demoted (its weight, its preemptible threads), though its own
-    threads keep their policy; a session that holds protected or shielding threads is kept."""
+    """The layers whose threads' CPU makes a session busy: the preemptible ones, and every
+    other unprotected layer that a user can land in by what they set (a name, an argument, an
+    environment: ``policy.gated``). A busy loop named like the launcher is demoted (its session's
+    weight, its preemptible threads) though its own threads keep their policy; a layer behind
+    a gate (the node's services, GPU services) is never made busy by a name."""
     if not policy.preemptible:
         return frozenset()
-    return frozenset(ly.name for ly in policy.layers if not ly.preempt)
+    return policy.preemptible | frozenset(
+        ly.name for ly in policy.layers if not ly.preempt and not gated(ly)
+    )
 
 
 def shielding_layers(policy: Policy) -> frozenset[str]:

@@ -387,6 +387,12 @@ def _is_gate(pred: Predicate) -> bool:
     return True
 
 
+def gated(layer: Layer) -> bool:
+    """Whether every AND-group of the layer holds a gate (``_is_gate``): no user lands in it
+    by what they set (a name, an argument, an environment)."""
+    return all(any(_is_gate(pred) for pred in group) for group in layer.match)
+
+
 def elevation(layer: Layer) -> str | None:
     """What a layer gives its threads beyond what any user may take for themselves, in words
     (None: nothing): real-time, a negative nice, a heavier session, precedence over other
