@@ -171,6 +171,7 @@ class Agent:
         the_plan = plan(
             topo, classified, self.policy, base_affinity=base, exclude_pids=self.exclude,
             allow_rt=self.caps.rt, demoted_sessions=frozenset(watch.demoted),
+            spared_pids=frozenset(self.watcher.spared),
             runaways=frozenset(watch.runaways), sizes=self.sizer.planned(), current=current,
         )  # fmt: skip
         planner = TaskPlanner.for_plan(

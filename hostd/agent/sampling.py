@@ -28,6 +28,7 @@ class Sampler:
         self.loop = loop
         self.cpu: dict[int, tuple[int, int]] = {}  # pid -> (start time, CPU ticks)
         self.cpu_ticks = 0  # boot ticks when ``cpu`` was read
+        self.shares: dict[int, float] = {}  # CPUs each process used over the last tick
         self.own_sid = os.getsid(0)
 
     def clear(self) -> None:
@@ -48,6 +49,7 @@ class Sampler:
         used: dict[int, float] = {}
         looked: list[int] = []
         cpu: dict[int, tuple[int, int]] = {}
+        shares: dict[int, float] = {}  # CPUs each process used since the last tick
         now_ticks = host.ticks_now()
         since = self.cpu_ticks  # boot ticks at the last tick (0: none yet)
         span = (now_ticks - since) / CLK_TCK if since else 0.0
@@ -68,18 +70,19 @@ class Sampler:
                 looked.append(pid)
             if span <= 0:
                 continue
-            item = agent.inc.classified.get(pid)
-            if item is None or item.layer not in counted:
-                continue
             if same:
                 delta = total - prev[1]
             elif proc.start_time >= since:  # born since the last tick: all of it is new
                 delta = total
             else:
                 continue
-            if delta > 0:
-                used[proc.session] = used.get(proc.session, 0.0) + delta / CLK_TCK / span
-        self.cpu = cpu
+            if delta <= 0:
+                continue
+            shares[pid] = delta / CLK_TCK / span
+            item = agent.inc.classified.get(pid)
+            if item is not None and item.layer in counted:
+                used[proc.session] = used.get(proc.session, 0.0) + shares[pid]
+        self.cpu, self.shares = cpu, shares
         self.cpu_ticks = now_ticks
         samples: list[Sample] = []
         for pid in looked:
@@ -96,6 +99,24 @@ class Sampler:
                     )
         self.loop.counters["samples"] += len(samples)
         return samples, sessions, used
+
+    def bystanders(self, sid: int, sessions: dict[int, list[int]], busy: float) -> set[int]:
+        """The processes of demoted session ``sid`` to leave alone: those of another user than
+        every busy one (``busy`` CPUs or more over the last tick, itself or its reaped children)
+        and not busy themselves: a root service or ``runuser`` that started a user's busy child
+        in its own session, an operator's light shell around another user's work."""
+        cache = self.loop.agent.cache
+
+        def uid(pid: int) -> int | None:
+            task = cache.tasks.get(pid)
+            return task.uid if task is not None else None
+
+        pids = sessions.get(sid, [])
+        hot = [pid for pid in pids if self.shares.get(pid, 0.0) >= busy]
+        if not hot:
+            return set()
+        users = {uid(pid) for pid in hot}
+        return {pid for pid in pids if pid not in hot and uid(pid) not in users}
 
     def interactive(self, sid: int, sessions: dict[int, list[int]]) -> int | None:
         """The user of session ``sid`` when it is interactive, else None: a login that logind

@@ -53,6 +53,7 @@ class WatchLoop:
         self.counters: Counter[str] = Counter()
         self.recent: deque[dict] = deque(maxlen=20)
         self.changed = False  # something for status.json since it was last written
+        self.spared: set[int] = set()  # processes of demoted sessions left alone (bystanders)
         self.sampler = Sampler(self)
         self.demotions = Demotions(self)
         self.weights = GroupWeights(self)
@@ -109,6 +110,7 @@ class WatchLoop:
             process_demand=used,
             interactive=lambda sid: self.sampler.interactive(sid, sessions),
         )
+        self.spare(sessions)  # (of the sessions demoted now too: before their threads are)
         for dem in decisions.demote:
             self.demotions.demote(dem.sid, dem.demand, sessions)
         for sid in decisions.lifted:
@@ -129,6 +131,25 @@ class WatchLoop:
         self.counters["ticks"] += 1
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
         self.due = now + max(interval, 20 * self.cost)
+
+    def spare(self, sessions: dict[int, list[int]]) -> None:
+        """The bystanders of the demoted sessions (``Sampler.bystanders``) are left alone: the
+        planner gives them no SCHED_IDLE and no session weight, and they stay in their cgroup.
+        One that becomes one, or stops being one, is decided again at once."""
+        agent = self.agent
+        busy = agent.policy.preempt.busy / 4
+        spared: set[int] = set()
+        for sid in self.watch.demoted:
+            spared |= self.sampler.bystanders(sid, sessions, busy)
+        changed = spared ^ self.spared
+        if not changed:
+            return
+        self.spared = spared
+        if agent.planner is not None:
+            agent.planner.spared = set(spared)
+        for pid in sorted(changed & spared):
+            log.info("preempt spare pid=%d: another user's bystander of a busy session", pid)
+        self.redecide(self.session_tasks(sorted(changed)))
 
     # -- what the parts share ------------------------------------------------------------------
     def task(self, key: Key) -> Task | None:
@@ -190,6 +211,7 @@ class WatchLoop:
 
     def reset(self) -> None:
         """Everything was restored (switched off): nothing is demoted or boosted any more."""
+        self.spared.clear()
         self.watch.release_all()
         self.watch.runaways.clear()
         self.guard.boosted.clear()

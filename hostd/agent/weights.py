@@ -124,6 +124,8 @@ class GroupWeights:
         found = group.mount(agent.host.root)
         if found is None or proc is None or proc.is_kthread or pid in agent.exclude:
             return False
+        if pid in self.loop.spared:  # another user's bystander of the busy work
+            return False
         if (agent.host.cgroups(pid) or {}).get("cpu" if found[0] == 1 else "") != "/":
             return False
         tasks = self.loop.session_tasks([pid])
@@ -167,8 +169,9 @@ class GroupWeights:
                        session=sid)  # fmt: skip
 
     def move_out(self, keep: set[int], why: str) -> None:
-        """Move every process in /hostd.demoted whose session is not in ``keep`` back to the
-        root cgroup (where every process in it came from); the cgroup goes once it is empty."""
+        """Move every process in /hostd.demoted whose session is not in ``keep`` (or that is
+        spared now: a bystander) back to the root cgroup (where every process in it came from);
+        the cgroup goes once it is empty."""
         agent = self.loop.agent
         members = self.members(group.HOME)
         if members is None:
@@ -179,7 +182,7 @@ class GroupWeights:
             if sid is None:  # born there since the cache was read: its session from /proc
                 text = host.read_quiet(paths.proc(pid, "stat"))
                 sid = parse_stat(text).session if text else None
-            if sid in keep:
+            if sid in keep and pid not in self.loop.spared:
                 continue
             try:
                 host.write(f"{mount}/cgroup.procs", str(pid))

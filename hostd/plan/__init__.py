@@ -47,8 +47,9 @@ documented where it is made:
   offers them.
 * **NUMA.** One target node per process of a ``gpu-local`` layer on multi-node hosts.
 * **Preemptible work** (``hostd.preempt``). The agent says which sessions are demoted
-  (``demoted_sessions``) and which real-time threads ran away (``runaways``): threads of
-  preemptible layers in a demoted session get SCHED_IDLE, the session's leader gets the
+  (``demoted_sessions``, less the bystanders it spares: ``spared_pids``) and which real-time
+  threads ran away (``runaways``): threads of preemptible layers in a demoted session (of a
+  process not spared) get SCHED_IDLE, the session's leader (not spared) gets the
   ``[preempt] session_nice`` autogroup nice, and a runaway gets SCHED_OTHER at nice -20.
 """
 
@@ -109,6 +110,7 @@ def plan(
     exclude_pids: frozenset[int] = frozenset(),
     allow_rt: bool = True,
     demoted_sessions: frozenset[int] = frozenset(),
+    spared_pids: frozenset[int] = frozenset(),
     runaways: frozenset[tuple[int, int]] = frozenset(),
     sizes: Mapping[str, int] | None = None,
     current: Mapping[str, frozenset[int]] | None = None,
@@ -118,8 +120,9 @@ def plan(
     ``stats``: CPUs in use per layer name (optional). ``base_affinity``: each thread's affinity
     before hostd changed it, by (tid, start_time); defaults to the affinity seen now.
     ``allow_rt`` False (RT throttling is off, or RT is refused here) turns real-time layers into
-    SCHED_OTHER at nice -20, with a note. ``demoted_sessions``, ``runaways``: what the agent's
-    watch decided (``hostd.preempt``). ``sizes``: a self-sizing layer's CPU count
+    SCHED_OTHER at nice -20, with a note. ``demoted_sessions``, ``spared_pids`` (processes of
+    demoted sessions left alone: another user's bystanders of the busy work), ``runaways``: what
+    the agent's watch decided (``hostd.preempt``). ``sizes``: a self-sizing layer's CPU count
     (``hostd.plan.sizing.decide``), used instead of ``layer_want`` while it has threads, still
     limited by what is free and the pool reserve; ``current``: each layer's CPUs now, which a
     self-sizing layer keeps first (``hostd.plan.sizing.place``). Without them, and for layers
@@ -169,6 +172,7 @@ def plan(
         allow_rt=allow_rt,
         exclude_pids=exclude_pids,
         demoted=demoted_sessions,
+        spared=spared_pids,
         runaways=runaways,
     )
     decider.targets.update(targets)
@@ -215,4 +219,5 @@ def plan(
         cpusets=tuple(groups[path] for path in sorted(groups)),
         notes=tuple(notes),
         demoted=tuple(sorted(demoted_sessions)),
+        spared=tuple(sorted(spared_pids)),
     )

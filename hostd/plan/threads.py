@@ -50,12 +50,14 @@ class TaskPlanner:
         exclude_pids: frozenset[int] = frozenset(),
         demoted: frozenset[int] | set[int] = frozenset(),
         runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
+        spared: frozenset[int] | set[int] = frozenset(),
     ) -> None:
         self.topo = topo
         self.layers = {ly.name: ly for ly in policy.layers}
         self.preemptible = policy.preemptible
         self.session_nice = policy.preempt.session_nice
         self.demoted = set(demoted)  # sessions whose preemptible threads are SCHED_IDLE
+        self.spared = set(spared)  # ... but for these processes' (another user's bystanders)
         self.runaways = set(runaways)  # real-time threads that kept a CPU busy too long
         self.layer_cpus = dict(layer_cpus)
         self.pool = pool
@@ -97,6 +99,7 @@ class TaskPlanner:
             exclude_pids=exclude_pids,
             demoted=frozenset(the_plan.demoted),
             runaways=runaways,
+            spared=frozenset(the_plan.spared),
         )
         for tp in the_plan.tasks:
             if tp.cpuset is not None:
@@ -189,7 +192,7 @@ class TaskPlanner:
         if sched.realtime and task.key in self.runaways:
             # It kept a CPU busy as real-time for too long (hostd.preempt): normal scheduling.
             sched_policy, priority, nice, reset = "other", None, -20, False
-        demoted = task.process.session in self.demoted
+        demoted = task.process.session in self.demoted and task.pid not in self.spared
         if demoted and layer.name in self.preemptible and task.policy in NORMAL_POLICIES:
             # Only threads of the normal classes yield: another's real-time or deadline thread
             # keeps what its owner chose.

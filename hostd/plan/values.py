@@ -94,6 +94,7 @@ class Plan:
     cpusets: tuple[CpusetPlan, ...] = ()
     notes: tuple[str, ...] = field(default=())
     demoted: tuple[int, ...] = ()  # sessions whose preemptible threads yield (hostd.preempt)
+    spared: tuple[int, ...] = ()  # processes of demoted sessions left alone (bystanders)
 
     def layer(self, name: str) -> LayerPlan:
         return next(lp for lp in self.layers if lp.name == name)
@@ -179,4 +180,5 @@ class Plan:
             ],
             "notes": list(self.notes),
             "demoted_sessions": list(self.demoted),
+            "spared_processes": list(self.spared),
         }

@@ -17,7 +17,7 @@ import pytest
 
 from tests.agentproc import wait_for
 from tests.privileged.test_agent import AUTOGROUPS, HOSTD, Agent, host_state, needs_v1_cpuset
-from tests.privileged.test_preempt import _autogroup, _policy
+from tests.privileged.test_preempt import _autogroup, _cpu_cgroup, _policy
 from tests.workload import TrainingJob
 
 pytestmark = [
@@ -146,3 +146,48 @@ def test_an_orphan_that_leaves_the_scope_is_still_restored(tmp_path: Path):
         parent.wait()
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)
+
+
+RUNUSER = (  # a light root process that runs a user's busy command in its own session
+    "import os, time\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.setgid(65534)\n"
+    "    os.setuid(65534)\n"
+    "    while True:\n"
+    "        pass\n"
+    "print(pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_users_busy_child_does_not_demote_the_root_process_that_started_it(tmp_path: Path):
+    """Issue 44.9: a user's busy child in a root process's session (`runuser`, `sudo -u`, a job
+    runner, no new session) made the root process SCHED_IDLE, its session nice 19 and moved it
+    into /hostd.demoted. Now the busy user's work is demoted, the other user's bystander is
+    left alone, and the stop puts everything back."""
+    job = subprocess.Popen([sys.executable, "-c", TJOB], start_new_session=True)
+    root = subprocess.Popen(
+        [sys.executable, "-c", RUNUSER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    child = int(root.stdout.readline())
+    try:
+        before = {p: (_policy(p), _autogroup(p), _cpu_cgroup(p)) for p in (root.pid, child)}
+        agent = Agent(tmp_path, 1, policy=PREEMPT)
+        try:
+            agent.wait_passes(1)
+            wait_for(lambda: _policy(child) == os.SCHED_IDLE, "the busy child demoted", agent)
+            wait_for(lambda: "preempt spare pid=" in agent.log.read_text(), "spared", agent)
+            assert (_policy(root.pid), _autogroup(root.pid), _cpu_cgroup(root.pid)) == before[
+                root.pid
+            ]
+        finally:
+            log = agent.stop()
+        assert agent.proc.returncode == 0, log
+        assert {p: (_policy(p), _autogroup(p), _cpu_cgroup(p)) for p in before} == before, log
+    finally:
+        for proc in (job, root):
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
