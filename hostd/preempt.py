@@ -28,7 +28,8 @@ a user can land in by what they set (``counted_layers``: a name does not hide a 
 interactive session (a login logind gave a terminal; without logind, a controlling terminal,
 which any user may open) has an allowance: a user's interactive sessions together keep
 ``[preempt] interactive_cpus`` while a job runs, the least busy first; past it, they are demoted
-like any other.
+like any other. In a demoted session, another user's processes that are not busy themselves
+are spared (``hostd.agent.watch``: a root ``runuser`` around a user's busy command).
 A demoted session is released when no protected layer has threads, or when its preemptible
 threads have wanted less than ``busy / 4`` CPUs for ``release_after`` seconds.
 
