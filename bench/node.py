@@ -278,7 +278,7 @@ class Node:
     def stop(self) -> dict:
         order = sorted(self.parts, key=lambda name: name != "source")  # the writer first
         results = {name: self.parts[name].stop() for name in order}
-        for cg in self.cgroups:
+        for cg in reversed(self.cgroups):  # a parent one made may hold another's
             cg.remove()
         for folder in self.bundles:
             with contextlib.suppress(OSError):

@@ -127,7 +127,7 @@ class Node:
             if proc is not None:
                 proc.kill()
                 proc.wait()
-        for cg in self.cgroups.values():
+        for cg in reversed(self.cgroups.values()):  # a parent one made may hold another's
             cg.remove()
         for folder in self.bundles:
             shutil.rmtree(folder, ignore_errors=True)
