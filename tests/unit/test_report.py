@@ -331,6 +331,18 @@ def test_render_html_escapes_and_copes_with_one_arm():
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;" in page
 
 
+@pytest.mark.parametrize("measure", ["throughput", "duration"])
+def test_the_attempts_table_has_distinct_headings(measure):
+    """Issue 45.3: with duration as the measure, two columns were headed "duration" (the time
+    each attempt ran, and the measure compared). Every heading names one column."""
+    attempts = arms([13.0, 13.2], [10.0, 10.1], measure)
+    page = render_html(compare_all(attempts), [summarise(a) for a in attempts])
+    table = page[page.index("<table>") : page.index("</table>")]
+    headings = re.findall(r"<th[^>]*>(.*?)</th>", table)
+    assert measure in headings and "ran for" in headings
+    assert len(headings) == len(set(headings)) == 10, headings
+
+
 def test_a_name_in_tex_is_text():
     """Issue 44.7: a job named "$\\foo$" made matplotlib's mathtext raise in a plot title, so
     `hostd report` wrote nothing for any job. Names are text."""
