@@ -37,7 +37,11 @@ starts), ``node+hostd+write`` (the same policy with ``[cgroups] write = ["contai
 may weigh down the container's own cgroup, which the default does not do) and ``node+hostd-ops``
 (the same policy with ``[preempt] keep_logins_of = []``: root's login is demoted like any busy
 session; what keeping an operator's commands costs the job, and what demoting them costs the
-operator) and ``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
+operator), ``node+hostd+write+needed`` (``+write`` with ``[preempt] weigh_job =
+"while-needed"``: the ranks' session weight only while demoted work is not contained, so the
+capped container takes none of the node's share) and ``quiet+hostd`` (the shipped default
+policy on the quiet node: what hostd's placement does to the job there) and
+``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
 weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure; with
 ``+write`` too). The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
@@ -76,7 +80,8 @@ from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path  # noqa: E4
 SECTION = "## A node with its infrastructure (bench/node.py)"
 TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
-    "alone", "infra", "quiet", "node", "node+hostd", "node+hostd+write", "node+hostd-ops",
+    "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+write",
+    "node+hostd-ops", "node+hostd+write+needed",
     "node+hostd+nice0", "node+hostd+write+nice0",
 )  # fmt: skip
 WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
@@ -355,10 +360,12 @@ def run_job(args: argparse.Namespace, work: Path, progress: Progress | None) -> 
 
 def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
     agent = None
-    if arm.startswith("node+hostd"):
+    if arm.startswith("node+hostd") or arm == "quiet+hostd":
         policy = work / "policy.toml"
         extra = WRITE if "+write" in arm else OPS if arm.endswith("-ops") else b""
         text = default_policy_bytes() + extra
+        if arm.endswith("+needed"):  # the ranks' session weight only while it is needed
+            text += b'\n[preempt]\nweigh_job = "while-needed"\n'
         if arm.endswith("nice0"):  # the ranks' sessions at the default weight
             text = text.replace(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")
         policy.write_bytes(text)

@@ -37,6 +37,7 @@ KINDS: tuple[Spec, ...] = (
     numa.NUMA,
     sched.PREEMPTED,
     group.GROUP_CPU,
+    group.GROUP_MAX,
     group.DEMOTED_HOME,
 )
 BY_KIND: dict[str, Spec] = {s.kind: s for s in KINDS}

@@ -72,10 +72,14 @@ class Cgroup:
                 fh.write("0")
 
     def weight(self) -> dict[str, str]:
-        """What hostd would write to weigh it down: its cpu.idle, cpu.shares, cpu.weight."""
+        """What hostd would write to weigh it down: its cpu.idle, cpu.shares, cpu.weight and its
+        quota (cpu.max, cpu.cfs_quota_us and cpu.cfs_period_us)."""
         found = {}
         for _, here in self.dirs:
-            for name in ("cpu.idle", "cpu.shares", "cpu.weight"):
+            for name in (
+                "cpu.idle", "cpu.shares", "cpu.weight", "cpu.max", "cpu.cfs_quota_us",
+                "cpu.cfs_period_us",
+            ):  # fmt: skip
                 with contextlib.suppress(OSError):
                     found[f"{here}/{name}"] = (here / name).read_text().strip()
         return found

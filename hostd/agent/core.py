@@ -173,6 +173,8 @@ class Agent:
             allow_rt=self.caps.rt, demoted_sessions=frozenset(watch.demoted),
             spared_pids=frozenset(self.watcher.spared),
             runaways=frozenset(watch.runaways), sizes=self.sizer.planned(), current=current,
+            weighted=self.policy.preempt.weigh_job == "always"
+            or (self.planner is not None and self.planner.weighted),
         )  # fmt: skip
         planner = TaskPlanner.for_plan(
             the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude,

@@ -363,7 +363,7 @@ class Incremental:
         new = TaskPlanner(
             topo, policy, layer_cpus, pool, groups.values(), allow_rt=planner.allow_rt,
             exclude_pids=planner.exclude_pids, demoted=planner.demoted,
-            runaways=planner.runaways, spared=planner.spared,
+            runaways=planner.runaways, spared=planner.spared, weighted=planner.weighted,
         )  # fmt: skip
         new.targets, new.numa_done = planner.targets, planner.numa_done
         new.cpuset_pids, new.rt_holders = planner.cpuset_pids, planner.rt_holders

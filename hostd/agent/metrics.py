@@ -235,6 +235,16 @@ class Collector:
                 "lifts",
                 "Demoted sessions lifted: runnable past the floor without running.",
             ),
+            (
+                "hostd_session_weight_given",
+                "weight_given",
+                "The job's session weight given: demoted work it must outweigh.",
+            ),
+            (
+                "hostd_session_weight_taken",
+                "weight_taken",
+                "The job's session weight taken back: no demoted work needs outweighing.",
+            ),
             ("hostd_guard_boosts", "boosts", "Starvation-guard boosts."),
             ("hostd_guard_runaways", "runaways", "Real-time threads returned to normal."),
         ):

@@ -127,6 +127,7 @@ class WatchLoop:
         for s in decisions.boost:
             self.guard.boost(s, now)
         self.weights.check()
+        self.settle_weight(sessions)
         self.cost = time.perf_counter() - started
         self.counters["ticks"] += 1
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
@@ -150,6 +151,40 @@ class WatchLoop:
         for pid in sorted(changed & spared):
             log.info("preempt spare pid=%d: another user's bystander of a busy session", pid)
         self.redecide(self.session_tasks(sorted(changed)))
+
+    def settle_weight(self, sessions: dict[int, list[int]]) -> None:
+        """With ``[preempt] weigh_job = "while-needed"``, the job's sessions weigh more than the
+        default (a layer's negative ``group_nice``) only while some demoted work is not
+        contained (``GroupWeights.contained``): that weight is taken from every other cgroup at
+        the root, the node's own slices included (BENCHMARKS.md, "A node with its
+        infrastructure"). When that changes, the sessions' leaders are decided again at once."""
+        agent = self.agent
+        planner = agent.planner
+        if planner is None:
+            return
+        want = agent.policy.preempt.weigh_job == "always" or any(
+            not self.weights.contained(sid, sessions) for sid in self.watch.demoted
+        )
+        if planner.weighted == want:
+            return
+        planner.weighted = want
+        layers = {ly.name for ly in agent.policy.layers if (ly.sched.group_nice or 0) < 0}
+        leaders = [
+            task
+            for pid, proc in agent.cache.procs.items()
+            if pid == proc.session
+            and (item := agent.inc.classified.get(pid)) is not None
+            and item.layer in layers
+            and (task := agent.cache.tasks.get(pid)) is not None
+        ]
+        report = self.redecide(leaders)
+        log.info("preempt session weight %s leaders=%d applied=%d restored=%d",
+                 "given" if want else "taken back: nothing demoted needs outweighing",
+                 len(leaders), report.counts.get("applied", 0),
+                 report.counts.get("restored", 0))  # fmt: skip
+        self.counters["weight_given" if want else "weight_taken"] += 1
+        self.note("weight", "given: demoted work the job must outweigh" if want
+                  else "taken back: no demoted work needs outweighing")  # fmt: skip
 
     # -- what the parts share ------------------------------------------------------------------
     def task(self, key: Key) -> Task | None:
@@ -235,7 +270,8 @@ class WatchLoop:
             "preemptible_layers": sorted(policy.preemptible),
             "busy_cpus": policy.preempt.busy,
             "demoted": demoted_summary(self.watch.demoted, now),
-            "demoted_cgroups": sorted(path_of(key) for key in self.weights.groups),
+            "demoted_cgroups": sorted({path_of(key) for key in self.weights.groups}),
+            "sessions_weighted": agent.planner.weighted if agent.planner is not None else True,
             "guard": policy.guard.enabled,
             "boosting": len(self.guard.boosted),
             "runaways": runaways,

@@ -114,6 +114,46 @@ class GroupWeights:
                 self.groups[key] = {sid}
                 loop.counters["group_demotions"] += 1
                 loop.note("demote", f"cgroup {path}: {want['file']} {want['value']}", session=sid)
+                self.cap(path, sid)
+
+    def cap(self, path: str, sid: int) -> None:
+        """Cap weighed-down cgroup ``path`` at ``[preempt] cap_cpus`` (its CFS quota), so that it
+        takes no more than that wherever it sits (``hostd.sched.group``, ``MAX_PREFIX``)."""
+        agent = self.loop.agent
+        cpus = agent.policy.preempt.cap_cpus
+        if cpus <= 0:
+            return
+        key = group.max_key(path)
+        try:
+            want = group.capped(group.read_max(agent.host, key), cpus)
+        except HostError as exc:
+            log.info("preempt group cgroup=%s not capped: %s", path, exc)
+            return
+        report = agent.reconcile({key: want}, Observed(()), only=())
+        outcome = report.results[0].outcome if report.results else "none"
+        log.info("preempt group cap cgroup=%s quota=%d period=%d outcome=%s",
+                 path, want["quota"], want["period"], outcome)  # fmt: skip
+        if outcome in ("applied", "would-apply", "skipped"):
+            self.groups[key] = {sid}
+
+    def contained(self, sid: int, sessions: dict[int, list[int]]) -> bool:
+        """Whether every process of demoted session ``sid`` (but its bystanders) is in
+        /hostd.demoted (idle at the root) or in a capped cgroup: where it takes little from the
+        job however light the job's sessions are (``[preempt] weigh_job = "while-needed"``).
+        A cap bounds its share, not the wait it causes a woken job thread: BENCHMARKS.md, "A
+        node with its infrastructure", measures what that costs the job."""
+        if self.loop.agent.mode != "enforce":
+            return False
+        capped = [path_of(k) for k in self.groups if k.startswith(group.MAX_PREFIX + "/")]
+        for pid in sessions.get(sid, []):
+            if pid in self.loop.spared:
+                continue
+            path = self.cpu_group(pid)
+            if path is None or path == group.HOME:
+                continue  # gone, or idle at the root
+            if not any(path == c or path.startswith(c + "/") for c in capped):
+                return False
+        return True
 
     # -- hostd's cgroup for demoted processes of the root cgroup -----------------------------
     def movable(self, pid: int) -> bool:

@@ -112,6 +112,7 @@ def plan(
     demoted_sessions: frozenset[int] = frozenset(),
     spared_pids: frozenset[int] = frozenset(),
     runaways: frozenset[tuple[int, int]] = frozenset(),
+    weighted: bool = True,
     sizes: Mapping[str, int] | None = None,
     current: Mapping[str, frozenset[int]] | None = None,
 ) -> Plan:
@@ -122,11 +123,13 @@ def plan(
     ``allow_rt`` False (RT throttling is off, or RT is refused here) turns real-time layers into
     SCHED_OTHER at nice -20, with a note. ``demoted_sessions``, ``spared_pids`` (processes of
     demoted sessions left alone: another user's bystanders of the busy work), ``runaways``: what
-    the agent's watch decided (``hostd.preempt``). ``sizes``: a self-sizing layer's CPU count
-    (``hostd.plan.sizing.decide``), used instead of ``layer_want`` while it has threads, still
-    limited by what is free and the pool reserve; ``current``: each layer's CPUs now, which a
-    self-sizing layer keeps first (``hostd.plan.sizing.place``). Without them, and for layers
-    without ``util``, CPUs are planned as without self-sizing.
+    the agent's watch decided (``hostd.preempt``); ``weighted`` False: a layer's negative
+    ``group_nice`` is not given, because no demoted work needs outweighing (the agent's watch
+    decides it: ``hostd.agent.weights.GroupWeights.contained``). ``sizes``: a self-sizing
+    layer's CPU count (``hostd.plan.sizing.decide``), used instead of ``layer_want`` while it
+    has threads, still limited by what is free and the pool reserve; ``current``: each layer's
+    CPUs now, which a self-sizing layer keeps first (``hostd.plan.sizing.place``). Without them,
+    and for layers without ``util``, CPUs are planned as without self-sizing.
     """
     online = topo.online
     notes: list[str] = list(topo.notes)
@@ -174,6 +177,7 @@ def plan(
         demoted=demoted_sessions,
         spared=spared_pids,
         runaways=runaways,
+        weighted=weighted,
     )
     decider.targets.update(targets)
     decider.cpuset_pids.update(
@@ -220,4 +224,5 @@ def plan(
         notes=tuple(notes),
         demoted=tuple(sorted(demoted_sessions)),
         spared=tuple(sorted(spared_pids)),
+        weighted=weighted,
     )

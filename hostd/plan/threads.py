@@ -51,6 +51,7 @@ class TaskPlanner:
         demoted: frozenset[int] | set[int] = frozenset(),
         runaways: frozenset[tuple[int, int]] | set[tuple[int, int]] = frozenset(),
         spared: frozenset[int] | set[int] = frozenset(),
+        weighted: bool = True,
     ) -> None:
         self.topo = topo
         self.layers = {ly.name: ly for ly in policy.layers}
@@ -59,6 +60,9 @@ class TaskPlanner:
         self.demoted = set(demoted)  # sessions whose preemptible threads are SCHED_IDLE
         self.spared = set(spared)  # ... but for these processes' (another user's bystanders)
         self.runaways = set(runaways)  # real-time threads that kept a CPU busy too long
+        # A layer's session weight above the default (group_nice < 0) is given only while it
+        # is needed: while demoted work sits where hostd cannot put it below everything.
+        self.weighted = weighted
         self.layer_cpus = dict(layer_cpus)
         self.pool = pool
         self.v2 = topo.cgroup.cpuset == "v2"
@@ -100,6 +104,7 @@ class TaskPlanner:
             demoted=frozenset(the_plan.demoted),
             runaways=runaways,
             spared=frozenset(the_plan.spared),
+            weighted=the_plan.weighted,
         )
         for tp in the_plan.tasks:
             if tp.cpuset is not None:
@@ -201,7 +206,7 @@ class TaskPlanner:
         if self.topo.autogroup and task.tid == task.pid == task.process.session:
             if demoted and self.session_nice is not None:
                 group_nice = self.session_nice
-            elif sched.group_nice is not None:
+            elif sched.group_nice is not None and (sched.group_nice >= 0 or self.weighted):
                 group_nice = sched.group_nice
         if (
             affinity is None

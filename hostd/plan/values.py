@@ -95,6 +95,7 @@ class Plan:
     notes: tuple[str, ...] = field(default=())
     demoted: tuple[int, ...] = ()  # sessions whose preemptible threads yield (hostd.preempt)
     spared: tuple[int, ...] = ()  # processes of demoted sessions left alone (bystanders)
+    weighted: bool = True  # a layer's negative group_nice applies (hostd.plan.threads)
 
     def layer(self, name: str) -> LayerPlan:
         return next(lp for lp in self.layers if lp.name == name)

@@ -251,6 +251,7 @@ INFRA_NAMESPACES = (
     "kube-system", "kube-flannel", "calico-system", "tigera-operator", "gpu-operator",
     "nvidia-gpu-operator", "nvidia-network-operator",
 )  # fmt: skip
+WEIGH_JOB = ("always", "while-needed")  # [preempt] weigh_job
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +267,11 @@ class Preempt:
     floor: float = 10.0
     # CPUs a user's interactive sessions (a login with a terminal) keep while a job runs
     interactive_cpus: float = 1.0
+    # CPUs a demoted cgroup that hostd weighs down ([cgroups] write) may run at most (cpu.max)
+    cap_cpus: float = 0.1
+    # When a layer's negative group_nice (the job's session weight) is given: "always", or
+    # "while-needed" (only while demoted work sits outside /hostd.demoted and capped cgroups)
+    weigh_job: str = "always"
     # What is never demoted, by what it is on the node (hostd.model.node): its kind, a pod's
     # namespace, a static pod, a systemd unit (shell-style patterns), a login of these users.
     keep_kinds: tuple[str, ...] = ("kernel", "init", "service")
@@ -1007,7 +1013,8 @@ class _Checker:
     def preempt_table(self, value: object) -> Preempt:
         data = self.table(
             value, "preempt", ("enabled", "busy", "interval", "release_after", "session_nice",
-                               "floor", "interactive_cpus", "keep_kinds", "keep_namespaces",
+                               "floor", "interactive_cpus", "cap_cpus", "weigh_job",
+                               "keep_kinds", "keep_namespaces",
                                "keep_static_pods",
                                "keep_units", "keep_logins_of"),
         )  # fmt: skip
@@ -1048,6 +1055,12 @@ class _Checker:
                 0,
                 4096,
                 "CPUs",
+            ),
+            cap_cpus=self.number(
+                data.get("cap_cpus", d.cap_cpus), "preempt.cap_cpus", 0, 4096, "CPUs (0: no cap)"
+            ),
+            weigh_job=self.choice(
+                data.get("weigh_job", d.weigh_job), "preempt.weigh_job", WEIGH_JOB
             ),
             keep_kinds=self.words(
                 data.get("keep_kinds", d.keep_kinds),

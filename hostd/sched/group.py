@@ -131,6 +131,101 @@ GROUP_CPU = knobs.Spec(
 )
 
 
+# -- the most a demoted cgroup may take: its CFS bandwidth -----------------------------------
+# ``cpu.idle`` makes a cgroup yield to its siblings only: a container under system.slice still
+# takes system.slice's whole share against a job in the root cgroup (BENCHMARKS.md, "A node
+# with its infrastructure"), and only a weight on the job's side (its sessions' autogroup)
+# outweighs it, which every other slice then pays for, the node's own included. A quota acts
+# wherever the cgroup sits: ``cpu.max`` (v2) or ``cpu.cfs_quota_us`` (v1) caps what the cgroup
+# and everything below it run per period, so a capped cgroup needs no one outweighed.
+# Key ``cgroup/cpumax/<path>``; value ``{"ino": N, "quota": Q, "period": P}`` in microseconds,
+# Q -1 for "max" (no cap).
+MAX_PREFIX = "cgroup/cpumax"
+
+
+def max_key(path: str) -> str:
+    """The cap knob of cgroup ``path`` in the cpu controller's hierarchy."""
+    return MAX_PREFIX + path
+
+
+def _max_files(version: int) -> tuple[str, str]:
+    return ("cpu.max", "cpu.max") if version == 2 else ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+
+
+def read_max(host: Host, key: str) -> dict:
+    version, rel = _dir(host, key)
+    ino = host.inode(rel)
+    if ino is None:
+        raise Gone(errno.ENOENT, key, "the cgroup is gone")
+    quota_file, period_file = _max_files(version)
+    if not host.exists(f"{rel}/{quota_file}"):
+        raise HostError(errno.EOPNOTSUPP, key, "no CPU bandwidth control for this cgroup")
+    quota_text, period_text = host.read_line(f"{rel}/{quota_file}"), None
+    if quota_text is not None and version == 2:
+        quota_text, _, period_text = quota_text.partition(" ")
+    elif quota_text is not None:
+        period_text = host.read_line(f"{rel}/{period_file}")
+    if quota_text is None or period_text is None:
+        raise Gone(errno.ENOENT, key, "the cgroup is gone")
+    try:
+        quota = -1 if quota_text == "max" else int(quota_text)
+        return {"ino": ino, "quota": quota, "period": int(period_text)}
+    except ValueError:
+        raise HostError(
+            errno.EINVAL, key, f"unexpected quota {quota_text!r} {period_text!r}"
+        ) from None
+
+
+def capped(current: dict, cpus: float) -> dict:
+    """The same cgroup's value that lets it run ``cpus`` CPUs at most (its period kept), or the
+    current one where that is already less."""
+    quota = max(1000, round(cpus * current["period"]))
+    if 0 <= current["quota"] <= quota:
+        return dict(current)
+    return {**current, "quota": quota}
+
+
+def write_max(host: Host, key: str, value: object) -> None:
+    problem = check_max(value)
+    if problem:
+        raise HostError(errno.EINVAL, key, problem)
+    assert isinstance(value, dict)
+    version, rel = _dir(host, key)
+    if host.inode(rel) != value["ino"]:
+        raise Gone(errno.ENOENT, key, "the cgroup is gone (or was made again: another cgroup)")
+    quota = "max" if value["quota"] < 0 else str(value["quota"])
+    if version == 2:
+        host.write(f"{rel}/cpu.max", f"{quota} {value['period']}")
+        return
+    host.write(f"{rel}/cpu.cfs_quota_us", "-1")  # a period below the quota is refused: first
+    host.write(f"{rel}/cpu.cfs_period_us", str(value["period"]))
+    if value["quota"] >= 0:
+        host.write(f"{rel}/cpu.cfs_quota_us", quota)
+
+
+def check_max(value: object) -> str | None:
+    if not isinstance(value, dict) or set(value) != {"ino", "quota", "period"}:
+        return f"{value!r} is not a cgroup CPU quota (ino, quota, period)"
+    ino, quota, period = value["ino"], value["quota"], value["period"]
+    if any(type(v) is not int for v in (ino, quota, period)) or ino < 0:
+        return f"{value!r}: an inode number, a quota and a period in microseconds"
+    if not 1000 <= period <= 1_000_000 or not (quota == -1 or quota >= 1000):
+        return f"{value!r}: a period of 1000..1000000 us and a quota of -1 (max) or 1000 us up"
+    return None
+
+
+GROUP_MAX = knobs.Spec(
+    "group_max",
+    "cgroup/cpumax/PATH",
+    read_max,
+    write_max,
+    check_max,
+    noun="CPU quota of a demoted cgroup",
+    apply_order=99,  # the agent writes it (hostd.agent.weights), never a pass
+    agent_owned=True,
+    check_key=_check_key,
+)
+
 # -- hostd's own cgroup for demoted work that sits in the root cgroup ---------------------------
 # Autogroups (a session's weight) apply only in the root cpu cgroup, and an autogroup never
 # competes as idle: a job thread that wakes waits for a demoted session's slice to end

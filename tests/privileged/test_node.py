@@ -208,3 +208,123 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
         assert agent.proc.returncode == 0, log
     assert node.state() == before, log
     assert "Traceback" not in log
+
+
+def _counts(agent: Agent) -> dict:
+    return (agent.status().get("preempt") or {}).get("counts", {})
+
+
+def _cgroup(pid: int) -> str:
+    """The process's cgroup in the cpu controller's hierarchy."""
+    import hostd.sched.group as group
+
+    found = group.mount("/")
+    want = "cpu" if found is not None and found[0] == 1 else ""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if want in controllers.split(",") or controllers == want:
+            return path
+    return ""
+
+
+def _quota(cg: Cgroup) -> int | None:
+    """The cgroup's CFS quota in microseconds (None: no cap)."""
+    for name, value in cg.weight().items():
+        if name.endswith("/cpu.max"):
+            quota = value.split()[0]
+            return None if quota == "max" else int(quota)
+        if name.endswith("/cpu.cfs_quota_us"):
+            return None if int(value) < 0 else int(value)
+    return None
+
+
+def test_the_jobs_session_weight_only_while_demoted_work_needs_outweighing(tmp_path):
+    """``[preempt] weigh_job = "while-needed"``: the job's session weight (its layer's
+    ``group_nice = -5``, taken from every other cgroup at the root, the node's own included) is
+    given only while demoted work is not contained. A busy session of the root cgroup, moved to
+    /hostd.demoted (idle at the root), needs no weight; another user's busy login (a cgroup
+    hostd may not write) does: the weight is given, and taken back when that login is gone. A
+    container whose cgroup the policy lets hostd write is idle and capped (``cpu.max``,
+    ``[preempt] cap_cpus``): contained too. Everything is as before after the stop."""
+    node = Node()
+    node.layout = {k: v for k, v in node.layout.items() if k == "service"}
+    node.made_runtime = False
+    cg: Cgroup | None = None
+    policy = tmp_path / "weight.toml"
+    policy.write_text(
+        POLICY.replace("preempt = true", "preempt = true\nsched = { group_nice = -5 }").replace(
+            "release_after = 1", 'release_after = 1\nweigh_job = "while-needed"'
+        )
+        + '\n[cgroups]\nwrite = ["container"]\n'
+    )
+    rooted: subprocess.Popen | None = None
+    login: subprocess.Popen | None = None
+    container: subprocess.Popen | None = None
+    login_cg = None
+    try:
+        node.start()
+        cg = Cgroup(f"/system.slice/docker-{hexid()}.scope")  # (made after the node's own)
+        before, cg_before = node.state(), cg.weight()
+        job_before = _autogroup(node.job.pid)
+        agent = Agent(tmp_path, 1, policy=policy)
+        try:
+            agent.wait_passes(1, timeout=PATIENCE)
+            rooted = subprocess.Popen([PYTHON, "-c", BUSY, "tb-rooted"], start_new_session=True)
+            wait_for(lambda: _cgroup(rooted.pid) == "/hostd.demoted", "the root session moved",
+                     agent, PATIENCE)  # fmt: skip
+            ticks = _counts(agent).get("ticks", 0)
+            wait_for(lambda: _counts(agent).get("ticks", 0) >= ticks + 10, "ten more ticks",
+                     agent, PATIENCE)  # fmt: skip
+            assert _autogroup(node.job.pid) == job_before, "no weight needed"
+            assert _counts(agent).get("weight_given", 0) == 0
+            login_cg = Cgroup("/user.slice/user-65534.slice/session-4244.scope")
+
+            def place() -> None:
+                login_cg.join()
+                os.setgid(65534)
+                os.setuid(65534)
+
+            login = subprocess.Popen([PYTHON, "-c", BUSY, "tb-login"], start_new_session=True,
+                                     preexec_fn=place)  # fmt: skip
+            wait_for(lambda: _policy(login.pid) == os.SCHED_IDLE, "the login demoted", agent,
+                     PATIENCE)  # fmt: skip
+            if AUTOGROUPS:
+                wait_for(lambda: _autogroup(node.job.pid) == "-5", "the weight given", agent,
+                         PATIENCE)  # fmt: skip
+            login.kill()
+            login.wait()
+            if AUTOGROUPS:
+                wait_for(lambda: _autogroup(node.job.pid) == job_before, "the weight taken back",
+                         agent, PATIENCE)  # fmt: skip
+            wait_for(lambda: _counts(agent).get("weight_taken", 0) >= 1, "status.json says so",
+                     agent, PATIENCE)  # fmt: skip
+            assert _counts(agent).get("weight_given") == 1
+            # a container of a kind the policy lets hostd write: idle and capped
+            container = subprocess.Popen([PYTHON, "-c", BUSY, "tb-container"],
+                                         start_new_session=True, preexec_fn=cg.join)  # fmt: skip
+            assert cg is not None
+            wait_for(lambda: _quota(cg) is not None, "the container capped", agent, PATIENCE)
+            assert _quota(cg) == 10000  # 0.1 CPU of its 100 ms period
+            assert _policy(container.pid) == os.SCHED_IDLE
+            ticks = _counts(agent).get("ticks", 0)
+            wait_for(lambda: _counts(agent).get("ticks", 0) >= ticks + 10, "ten more ticks",
+                     agent, PATIENCE)  # fmt: skip
+            assert _autogroup(node.job.pid) == job_before, "a capped container: no weight"
+        finally:
+            log = agent.stop(signal.SIGTERM)
+        assert agent.proc.returncode == 0, log
+        assert _cgroup(rooted.pid) == "/", "moved back"
+        assert node.state() == before, log
+        assert cg.weight() == cg_before, log
+        assert _autogroup(node.job.pid) == job_before
+        assert "Traceback" not in log
+    finally:
+        for proc in (rooted, login, container):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if login_cg is not None:
+            login_cg.remove()
+        if cg is not None:
+            cg.remove()
+        node.close()

@@ -142,6 +142,57 @@ def test_group_cpu_journal_checks(key, value, problem):  # and demoted_home's
     assert (got is None) if problem is None else (problem in got), got
 
 
+def test_group_max_caps_a_cgroup_wherever_it_sits_and_puts_its_quota_back(tree):
+    """The cap of a demoted cgroup (``cpu.max``: quota and period in microseconds) is read with
+    the cgroup's inode, keeps the period, never raises a lower quota, and is written back."""
+    import hostd.sched.group as group
+
+    group.mount.cache_clear()
+    scope = tree / "sys/fs/cgroup/svc.service"
+    (scope / "cpu.max").write_text("max 100000\n")
+    host, key = Host(tree), group.max_key("/svc.service")
+    assert knobkinds.kind_of(key) == "group_max" and knobkinds.check_key(key) is None
+    orig = knobkinds.read(host, key)
+    assert orig == {"ino": scope.stat().st_ino, "quota": -1, "period": 100000}
+    want = group.capped(orig, 0.1)
+    assert want == {**orig, "quota": 10000}
+    knobkinds.write(host, key, want)
+    assert (scope / "cpu.max").read_text() == "10000 100000\n"
+    # already below the cap (the runtime's --cpus): left as it is
+    assert group.capped({**orig, "quota": 5000}, 0.1)["quota"] == 5000
+    assert group.capped({**orig, "period": 50000}, 3.0)["quota"] == 150000
+    with pytest.raises(HostError) as err:
+        knobkinds.write(host, key, {**want, "ino": want["ino"] + 1})
+    assert err.value.outcome == "gone"
+    knobkinds.write(host, key, orig)
+    assert (scope / "cpu.max").read_text() == "max 100000\n"
+    (scope / "cpu.max").unlink()  # a cgroup without CPU bandwidth control: an unsupported knob
+    with pytest.raises(HostError) as err:
+        knobkinds.read(host, key)
+    assert "bandwidth" in str(err.value)
+    group.mount.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"ino": 3, "quota": 10000, "period": 100000}, None),
+        ({"ino": 3, "quota": -1, "period": 100000}, None),
+        ({"ino": 3, "quota": 10, "period": 100000}, "1000 us up"),
+        ({"ino": 3, "quota": 10000, "period": 10}, "a period of"),
+        ({"ino": 3, "quota": "max", "period": 100000}, "an inode number, a quota"),
+        ({"ino": 3, "file": "cpu.max", "value": 1}, "is not a cgroup CPU quota"),
+    ],
+)
+def test_group_max_journal_checks(value, problem):
+    import hostd.sched.group  # noqa: F401
+
+    key = "cgroup/cpumax/a.scope"
+    got = knobkinds.check_key(key) or knobkinds.check_value(key, value)
+    assert (got is None) if problem is None else (problem in got), got
+    assert knobkinds.check_key("cgroup/cpumax/") is not None
+
+
 def test_demoted_home_is_made_idle_and_emptied_into_the_root_when_removed(tree):
     """On a fixture v2 tree (a plain folder: mkdir makes a plain directory, whose control files
     the test writes as the kernel would show them)."""

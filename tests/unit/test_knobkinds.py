@@ -28,6 +28,7 @@ EXPECTED = {
     "numa": ("task/PID@START/numa", 9, 1, "task"),
     "preempted": ("session/SID@SINCE/preempted", 99, -1, "agent"),
     "group_cpu": ("cgroup/cpu/PATH", 99, 1, "agent"),
+    "group_max": ("cgroup/cpumax/PATH", 99, 1, "agent"),
     "demoted_home": ("cgroup/cpuhome/PATH", 99, 2, "agent host"),
 }
 
@@ -78,6 +79,7 @@ def test_restore_goes_by_phase_then_reverse_journal_order():
         "preempted",
         "cpuset",
         "nice",  # task/7@1/nice, journaled last, restored first within its phase
+        "group_max",
         "group_cpu",
         "numa",
         "energy_performance_preference",
@@ -95,7 +97,7 @@ def test_restore_goes_by_phase_then_reverse_journal_order():
 
 
 def test_the_gates_read_the_specs():
-    assert kinds(agent_owned=True) == {"preempted", "group_cpu", "demoted_home"}
+    assert kinds(agent_owned=True) == {"preempted", "group_cpu", "group_max", "demoted_home"}
     assert kinds(host_wide=True) == {
         "demoted_home",
         "irq",

@@ -180,6 +180,31 @@ def test_group_nice_goes_to_the_session_a_layer_process_leads_and_only_with_auto
     assert all(tp.group_nice is None for tp in p.tasks)
 
 
+def test_a_heavier_session_is_given_only_while_demoted_work_needs_outweighing():
+    """``weighted=False`` (the agent's watch: every demoted session sits in /hostd.demoted or a
+    capped cgroup): a layer's negative group_nice is not given, its default (0) still is."""
+    topo = replace(synth.topology("1x4x1"), autogroup=True)
+    leader = synth.process(200, parent_comm="pt_elastic", ppid=100, session=200)
+    service = synth.process(500, "svc", session=500)
+    tasks = synth.threads(leader, 2) + synth.threads(service, 1)
+    both = GROUP_NICE.replace(
+        b'[[layer]]\nname = "rest"',
+        b'[[layer]]\nname = "system"\ncomment = "services"\nmatch = [[{ comm_prefix = "svc" }]]\n'
+        b'sched = { group_nice = 0 }\n\n[[layer]]\nname = "rest"',
+    )
+    given = run(topo, tasks, both)
+    assert {tp.tid: tp.group_nice for tp in given.tasks if tp.group_nice is not None} == {
+        200: -20,
+        500: 0,
+    }
+    assert given.weighted
+    kept = run(topo, tasks, both, weighted=False)
+    assert {tp.tid: tp.group_nice for tp in kept.tasks if tp.group_nice is not None} == {500: 0}
+    assert not kept.weighted
+    again = TaskPlanner.for_plan(kept, topo, parse_policy(both, "t.toml"), allow_rt=True)
+    assert again.weighted is False
+
+
 def test_empty_layers_get_no_cpus():
     topo = synth.topology("2x8x2", gpus=8)
     other = synth.process(400, "stress-ng")
