@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import groupby, islice
+from itertools import chain, groupby, islice
 from operator import attrgetter
 from pathlib import Path
 
@@ -78,6 +78,18 @@ class Record:
     # session ("sid") and the boot tick ("tick") then, so that a restore can find the threads
     # that inherited "to" from it (``hostd.reconcile.sweep_inherited``).
     inherit: dict | None = None
+    # For a knob the kernel keeps (``Spec.kept_by_kernel``): every value hostd was about to
+    # write to it this boot, recorded before the write (``Journal.record``); () when more than
+    # ``WROTE_MAX``, None when none was recorded (a restore then writes the original whatever
+    # the value).
+    wrote: tuple | None = None
+
+
+WROTE_MAX = 8  # values hostd wrote to one knob that are remembered; past that, none
+
+
+def _frozen(value: Value) -> object:
+    return tuple(value) if type(value) is list else value
 
 
 class JournalError(Exception):
@@ -110,6 +122,7 @@ class Journal:
         self.torn: int | None = None  # the number of a last line cut off by a crash
         self.problem = ""  # the last failure to write a done line or to compact
         self._done_lines = 0
+        self._wrote: dict[tuple, tuple] = {}  # one tuple for the records that say the same
         # The agent compacts when it has nothing else to do, a few milliseconds a step (a
         # compaction rewrites every open record: a second at 100k threads); only a file ten
         # times its open records is compacted at once.
@@ -156,6 +169,11 @@ class Journal:
         """One checked entry of a line read back: a record, or a key it closes. ``shared``:
         the inherit dicts read so far, by their JSON (a re-layer's 100,000 records say a few)."""
         key = entry["key"]
+        if "wrote" in entry:
+            record = self.records.get(key)
+            if record is not None and entry["boot"] == self.boot_id:
+                self._add_wrote(record, entry["wrote"])
+            return
         if entry.get("done") is True:
             self.records.pop(key, None)
             self._done_lines += 1
@@ -264,24 +282,55 @@ class Journal:
             rows.append(item if how is not None or len(item) == 2 else item[:2])
         return new, _shared_lines(rows, boot, __version__, policy, now)
 
-    def record(self, originals: list[tuple]) -> None:
+    def record(self, originals: list[tuple], wrote: Iterable[tuple[str, Value]] = ()) -> None:
         """Durably record originals of keys not yet recorded: (key, original) or (key,
-        original, inherit). Call before writing the knobs; on ``JournalError`` nothing was
-        recorded, and none of them may be written. Durably: an append that holds a record
-        kept across a reboot is fsynced; one of boot-bound records only (threads, sessions,
-        cgroups: ``knobs.is_boot_bound``) is not, since what write(2) put in the page cache
-        outlives hostd (a kill -9, an OOM kill) and is lost only with the kernel, which takes
-        those knobs with it (a new boot drops their records)."""
+        original, inherit), and ``wrote``: (key, value) that hostd is about to write to knobs
+        the kernel keeps (``Spec.kept_by_kernel``), so that a restore can tell a value someone
+        else wrote since from one of hostd's (``hostd.reconcile.restore_keys``). Call before
+        writing the knobs; on ``JournalError`` nothing was recorded, and none of them may be
+        written. Durably: an append that holds a record kept across a reboot is fsynced; one
+        of boot-bound records only (threads, sessions, cgroups: ``knobs.is_boot_bound``) is
+        not, since what write(2) put in the page cache outlives hostd (a kill -9, an OOM kill)
+        and is lost only with the kernel, which takes those knobs with it (a new boot drops
+        their records); nor is one of values only (a value hostd wrote matters this boot)."""
         new, lines = self._new(originals)
-        if not new:
+        records = self.records
+        rows: list[list] = []
+        for key, value in wrote:
+            have = records[key].wrote if key in records else None if key in new else ()
+            if have != () and (have is None or value not in have):
+                rows.append([key, value])
+        if not new and not rows:
             return
+        said = (
+            _summed({"wrote": rows[i : i + PER_LINE], "boot": self.boot_id})
+            for i in range(0, len(rows), PER_LINE)
+        )
         try:
-            self._append(lines, sync=not all(k.startswith(BOOT_BOUND) for k in new))
+            self._append(chain(lines, said), sync=not all(k.startswith(BOOT_BOUND) for k in new))
         except OSError as exc:
+            values = f" and {len(rows)} value(s) to write" if rows else ""
             raise JournalError(
-                f"{self.path}: {len(new)} original(s) could not be recorded ({exc.strerror})"
+                f"{self.path}: {len(new)} original(s){values} could not be recorded "
+                f"({exc.strerror})"
             ) from None
-        self.records.update(new)
+        records.update(new)
+        for key, value in rows:
+            self._add_wrote(records[key], value)
+
+    def _add_wrote(self, record: Record, value: Value | None) -> None:
+        """``value`` (None: more than anyone remembers) joins what hostd wrote to the knob."""
+        have = record.wrote
+        if have == () or (have is not None and value in have):
+            return
+        if value is None or (have is not None and len(have) >= WROTE_MAX):
+            record.wrote = ()
+            return
+        said = (tuple(map(_frozen, have or ())), _frozen(value))
+        shared = self._wrote.get(said)
+        if shared is None:
+            shared = self._wrote[said] = (*(have or ()), value)
+        record.wrote = shared
 
     def _background(self, fn: Callable[[int], None], fd: int) -> Future:
         """``fn(fd)`` in the journal's background thread."""
@@ -402,7 +451,8 @@ class Journal:
         except OSError as exc:
             self.problem = f"{self.path}: not compacted ({exc.strerror}); its records stay open"
             return False
-        lines = _record_lines(list(self.records.values()))
+        records = list(self.records.values())
+        lines = chain(_record_lines(records), _wrote_lines(records, self.boot_id))
         since = os.fstat(self._fd).st_size
         self._compaction = _Compaction(tmp, fd, lines, since, self._done_lines)
         return True
@@ -486,6 +536,19 @@ def _record_lines(records: Iterable[Record]) -> Iterator[str]:
         yield from _shared_lines(rows, *head)
 
 
+def _wrote_lines(records: list[Record], boot: str) -> Iterator[str]:
+    """The lines of what hostd wrote to these records' knobs ([K, V] a value, [K]: more than
+    ``WROTE_MAX``)."""
+    rows = [
+        [r.key] if not r.wrote else [r.key, v]
+        for r in records
+        if r.wrote is not None
+        for v in (r.wrote or (None,))
+    ]
+    for i in range(0, len(rows), PER_LINE):
+        yield _summed({"wrote": rows[i : i + PER_LINE], "boot": boot})
+
+
 def _shared_lines(rows: list, boot: str, version: str, policy: str, when: float) -> Iterator[str]:
     """The lines of records ([K, V] or [K, V, I]) that share their stamps."""
     for i in range(0, len(rows), PER_LINE):
@@ -543,6 +606,24 @@ def _parse(raw: bytes) -> tuple[list[dict], list[str]]:
              for i in shaped],
             whys,
         )  # fmt: skip
+    if "wrote" in entry:  # values hostd was to write (Journal.record)
+        items, boot = entry["wrote"], entry.get("boot")
+        if not isinstance(items, list) or not isinstance(boot, str):
+            return [], [f"wrote {items!r:.60} is not a list with its boot"]
+        good, whys = [], []
+        for item in items:
+            if not isinstance(item, list) or len(item) not in (1, 2):
+                whys.append(f"wrote {item!r:.60} is not [key(, value)]")
+                continue
+            why = knobkinds.check_key(item[0])
+            if why is None and len(item) == 2:
+                why = knobkinds.check_value(item[0], item[1])
+            if why:
+                whys.append(why)
+            else:
+                good.append({"key": item[0], "wrote": item[1] if len(item) == 2 else None,
+                             "boot": boot})  # fmt: skip
+        return good, whys
     if isinstance(entry.get("done"), list):  # keys closed at once
         closed, whys = [], []
         for key in entry["done"]:

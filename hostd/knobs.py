@@ -84,6 +84,9 @@ class Spec:
     # does, not only while the leader does (the autogroup: a nohup'd child outlives its shell)
     session_bound: bool = False
     inheritable: bool = False  # threads created by a thread hostd changed inherit the value
+    # The kernel never changes the value by itself: one that is neither the original nor a
+    # value hostd wrote was written by someone else since, and a restore leaves it as it is.
+    kept_by_kernel: bool = False
     agent_owned: bool = False  # recorded and given back by the agent (agent.watch), never a pass
     host_wide: bool = False  # a setting of the whole host: never written from a sidecar
     needs: str | None = None  # the host capability it needs (hostd.doctor), None: none

@@ -6,8 +6,10 @@ right, journals the originals of everything it is about to change (fsynced, befo
 write), writes, and returns one ``Result`` per action. A knob hostd changed earlier that the
 plan no longer wants is put back to its original. ``restore`` replays the whole journal.
 
-Outcomes: applied, skipped (already right), restored, gone (the thread exited), not-permitted,
-unchangeable (remembered: never retried), error. One failure never stops the pass.
+Outcomes: applied, skipped (already right), restored, left (a restore found a value neither the
+original nor one hostd wrote: someone changed it since, and it stays), gone (the thread
+exited), not-permitted, unchangeable (remembered: never retried), error. One failure never stops
+the pass.
 """
 
 from __future__ import annotations
@@ -222,8 +224,9 @@ def reconcile(
     if journal is None:
         return prep.report
     unjournaled = ""
+    wrote = [(key, value) for key, value, _, spec in prep.changes if spec.kept_by_kernel]
     try:
-        journal.record(prep.originals)
+        journal.record(prep.originals, wrote)
     except JournalError as exc:  # a full disk: none of these is written
         unjournaled = str(exc)
     return finish(host, journal, prep, unchangeable, unjournaled)
@@ -370,11 +373,12 @@ def prepare(
 def finish(
     host: Host, journal: Journal, prep: Prepared, unchangeable: set[str], unjournaled: str = ""
 ) -> PassReport:
-    """``reconcile``'s writes, once the originals ``prepare`` found are in the journal
-    (``unjournaled``: why they could not be recorded)."""
+    """``reconcile``'s writes, once the originals ``prepare`` found, and the values to write to
+    knobs the kernel keeps, are in the journal (``unjournaled``: why they could not be
+    recorded: then only knobs recorded before, of other kinds, are written)."""
     report, recorded = prep.report, journal.records
     for key, value, _, spec in prep.changes:
-        if key not in recorded:
+        if key not in recorded or (unjournaled and spec.kept_by_kernel):
             # Never write what cannot be restored: its original could not be read (reported
             # above) or not be recorded durably.
             if unjournaled:
@@ -417,6 +421,10 @@ def _restore_order(keys: list[str]) -> list[str]:
     return sorted(reversed(keys), key=lambda key: knobkinds.spec_of(key).restore_phase)
 
 
+LEFT = "changed by someone else since hostd wrote it: left as is"
+DONE = ("restored", "left", "gone")  # the outcomes of a record that is closed
+
+
 def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
     if not keys:  # (every event pass asks)
         return []
@@ -432,8 +440,11 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
         )
         try:
             current = knobkinds.read(host, key)
+            wrote = None if record is None else record.wrote
             if same(current, orig):
                 results.append(Result(key, "restored", orig, "already at its original"))
+            elif wrote and not any(same(current, value) for value in wrote):
+                results.append(Result(key, "left", current, LEFT))
             else:
                 knobkinds.write(host, key, orig)
                 results.append(Result(key, "restored", orig))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from hostd import knobkinds, knobs
 from hostd.journal import JournalError
 from hostd.plan import NORMAL_POLICIES
-from hostd.reconcile import restore_keys
+from hostd.reconcile import DONE, restore_keys
 
 if TYPE_CHECKING:
     from hostd.agent.watch import WatchLoop
@@ -109,7 +109,7 @@ class Demotions:
         if key is not None and agent.mode == "enforce" and key in journal:
             for r in restore_keys(agent.host, journal, [key]):
                 agent.counters[r.outcome] += 1
-                if r.outcome not in ("restored", "gone"):
+                if r.outcome not in DONE:
                     log.warning("preempt release key=%s outcome=%s %s", key, r.outcome, r.detail)
         loop.redecide(loop.session_tasks(sessions.get(sid, [])))
         log.info("preempt release session=%d why=%r", sid, why)

@@ -48,7 +48,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostd")
 # The outcomes of a knob write (hostd.reconcile), which the agent counts.
-OUTCOMES = ("applied", "skipped", "restored", "gone", "not-permitted", "unchangeable", "error")
+OUTCOMES = (
+    "applied", "skipped", "restored", "left", "gone", "not-permitted", "unchangeable", "error",
+)  # fmt: skip
 
 
 # Event lag: a new thread's proc-connector event to its knobs applied (seconds).

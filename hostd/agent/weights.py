@@ -25,7 +25,7 @@ from hostd.host import Gone, HostError, paths
 from hostd.host.parsers import parse_stat
 from hostd.model.cpus import home_of
 from hostd.preempt import why_group_kept
-from hostd.reconcile import Observed, restore_keys
+from hostd.reconcile import DONE, Observed, restore_keys
 from hostd.sched import group
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ class GroupWeights:
             if agent.mode == "enforce" and key in agent.journal:
                 for r in restore_keys(agent.host, agent.journal, [key]):
                     agent.counters[r.outcome] += 1
-                    if r.outcome not in ("restored", "gone"):
+                    if r.outcome not in DONE:
                         log.warning("preempt group release key=%s outcome=%s %s",
                                     key, r.outcome, r.detail)  # fmt: skip
             log.info("preempt group release cgroup=%s why=%r", path_of(key), why)

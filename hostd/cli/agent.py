@@ -43,6 +43,7 @@ from hostd.host import Host
 from hostd.journal import Journal, JournalError, read_boot_id
 from hostd.knobkinds import BY_KIND
 from hostd.policy import PolicyError
+from hostd.reconcile import DONE
 from hostd.reconcile import restore as restore_journal
 from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
 from hostd.sidecar import describe as describe_sidecar
@@ -169,7 +170,7 @@ def _restore(state_dir: str, as_json: bool) -> None:
             "file was damaged, what was recorded after it is lost"
         )
         lost.append({"line": journal.torn, "why": why})
-    failed = [r for r in report.results if r.outcome not in ("restored", "gone")]
+    failed = [r for r in report.results if r.outcome not in DONE]
     aside = None
     if lost and not failed:
         aside = journal.set_aside()  # every readable record is back: the agent may start

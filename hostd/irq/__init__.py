@@ -43,6 +43,7 @@ IRQ = knobs.Spec(
     _write,
     knobs.CHECKS["cpulist"],
     noun="IRQ CPU affinity",
+    kept_by_kernel=True,  # (an IRQ whose every CPU goes offline is moved: then left as is)
     apply_order=5,
     host_wide=True,
     needs="irqs",

@@ -103,6 +103,7 @@ SCHED = knobs.Spec(
     _write_sched,
     knobs.CHECKS["sched"],
     noun="thread scheduling policy",
+    kept_by_kernel=True,
     apply_order=3,  # the policy before the nice
     per_task=True,
     inheritable=True,  # a non-real-time policy (real-time ones hostd sets with reset-on-fork)
@@ -115,6 +116,7 @@ NICE = knobs.Spec(
     _write_nice,
     knobs.CHECKS["nice"],
     noun="thread nice",
+    kept_by_kernel=True,
     apply_order=4,
     per_task=True,
     inheritable=True,
@@ -127,6 +129,7 @@ AUTOGROUP = knobs.Spec(
     _write_autogroup,
     knobs.CHECKS["nice"],
     noun="session (autogroup) nice",
+    kept_by_kernel=True,
     apply_order=4,
     per_task=True,
     session_bound=True,

@@ -209,3 +209,34 @@ def test_records_that_say_the_same_share_one_inherit_dict(tree, tmp_path):
         ha, hb, hc = (j.records[k].inherit for k in keys)
         assert ha is hb and ha == {"to": 7, "sid": a.process.session, "tick": ha["tick"]}
         assert hc is not ha and hc == {**ha, "to": 8}
+
+
+def test_a_restore_leaves_what_someone_else_changed_since(tree, tmp_path):
+    """Issue 44.4: an IRQ's affinity set by hand after hostd set it is left as it is ("left"),
+    after a crash too (the journal read again from its file); one hostd changed twice is put
+    back, as are the others and the governors (which the kernel may change by itself)."""
+    before = _files(tree)
+    host, _, want, seen = _host_knobs(tree)
+    journal = Journal(tmp_path / "state", "boot")
+    reconcile(host, journal, want, seen, live_keys=set(), unchangeable=set())
+    irqs = sorted(k for k in want if k.startswith("irq/"))
+    by_hand, twice = irqs[0], irqs[1]
+    original = journal.original(by_hand)
+    again = {**want, twice: "3"}
+    assert want[twice] != "3" and journal.original(twice) != "3"
+    report = reconcile(host, journal, again, Observed(()), live_keys=set(), unchangeable=set())
+    assert {r.key: r.outcome for r in report.results}[twice] == "applied"
+    hand = "7" if "7" not in (want[by_hand], original) else "9"
+    path = tree / f"proc/irq/{by_hand.split('/')[1]}/smp_affinity_list"
+    path.write_text(hand + "\n")  # an admin, since
+    crashed = Journal(tmp_path / "state", "boot")  # after a kill -9: what the file says
+    assert crashed.records[twice].wrote == (want[twice], "3")
+    report = restore(host, crashed)
+    outcome = {r.key: r.outcome for r in report.results}
+    assert outcome.pop(by_hand) == "left"
+    assert set(outcome.values()) == {"restored"}, outcome
+    assert path.read_text() == hand + "\n"
+    after = _files(tree)
+    changed = {name for name in before if after[name] != before[name]}
+    assert changed == {str(path.relative_to(tree))}
+    assert not crashed.records  # the left knob's record is closed: hostd is done with it

@@ -396,3 +396,36 @@ def test_a_compaction_that_cannot_wait_goes_in_steps_as_records_close(tmp_path, 
     want = [k for k, _ in threads(0, 200)]
     assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want
     assert j._done_lines < 1000
+
+
+def test_what_hostd_wrote_survives_a_reload_and_a_compaction_and_is_of_this_boot(tmp_path):
+    """Issue 44.4: the values hostd was about to write (``Journal.record``'s ``wrote``), each
+    remembered once, at most ``WROTE_MAX`` (then none: a restore writes the original as
+    before), read back from the file, kept by a compaction, and only those of this boot."""
+    from hostd.journal import WROTE_MAX
+
+    nice, other, irq = "task/7@1/nice", "task/8@1/nice", "irq/5/smp_affinity_list"
+    sched, twin = "task/7@1/sched", "task/9@1/sched"
+    j = Journal(tmp_path, "b")
+    j.record([(nice, 0), (other, 0), (irq, "0-3")], [(nice, 5)])  # (said with its original)
+    j.record([(sched, ["other", 0, False]), (twin, ["other", 0, False])])
+    j.record([], [(sched, ["idle", 0, False]), (twin, ["idle", 0, False])])
+    j.record([], [(sched, ["fifo", 1, True])])
+    j.record([], [(nice, 5), ("task/9@1/nice", 5)])  # (a knob with no record: nothing to say)
+    j.record([], [(nice, 5), (nice, 10), (irq, "1")])
+    for value in range(WROTE_MAX + 1):
+        j.record([], [(other, value - 10)])
+    want = {
+        nice: (5, 10),
+        other: (),
+        irq: ("1",),
+        sched: (["idle", 0, False], ["fifo", 1, True]),
+        twin: (["idle", 0, False],),
+    }
+    assert {k: j.records[k].wrote for k in want} == want
+    assert "task/9@1/nice" not in j.records
+    assert {k: r.wrote for k, r in Journal(tmp_path, "b").records.items()} == want
+    j.compact()
+    assert {k: r.wrote for k, r in Journal(tmp_path, "b").records.items()} == want
+    later = Journal(tmp_path, "c")  # another boot: its task records are dropped, and what
+    assert later.records[irq].wrote is None  # hostd wrote to an IRQ then says nothing now
