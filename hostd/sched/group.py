@@ -90,14 +90,21 @@ def yielding(current: dict) -> dict:
     return {**current, "value": SETTINGS[current["file"]][0]}
 
 
-def write(host: Host, key: str, value: object) -> None:
-    problem = check(value)
+def _target(host: Host, key: str, value: object, problem: str | None) -> tuple[int, str]:
+    """(cgroup version, the cgroup's folder) to write checked ``value`` to: only the very
+    cgroup whose inode the value carries."""
     if problem:
         raise HostError(errno.EINVAL, key, problem)
     assert isinstance(value, dict)
-    _, rel = _dir(host, key)
+    version, rel = _dir(host, key)
     if host.inode(rel) != value["ino"]:
         raise Gone(errno.ENOENT, key, "the cgroup is gone (or was made again: another cgroup)")
+    return version, rel
+
+
+def write(host: Host, key: str, value: object) -> None:
+    _, rel = _target(host, key, value, check(value))
+    assert isinstance(value, dict)
     host.write(f"{rel}/{value['file']}", str(value["value"]))
 
 
@@ -186,13 +193,8 @@ def capped(current: dict, cpus: float) -> dict:
 
 
 def write_max(host: Host, key: str, value: object) -> None:
-    problem = check_max(value)
-    if problem:
-        raise HostError(errno.EINVAL, key, problem)
+    version, rel = _target(host, key, value, check_max(value))
     assert isinstance(value, dict)
-    version, rel = _dir(host, key)
-    if host.inode(rel) != value["ino"]:
-        raise Gone(errno.ENOENT, key, "the cgroup is gone (or was made again: another cgroup)")
     quota = "max" if value["quota"] < 0 else str(value["quota"])
     if version == 2:
         host.write(f"{rel}/cpu.max", f"{quota} {value['period']}")
