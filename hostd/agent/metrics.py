@@ -14,7 +14,7 @@ all before it is shut down; an accept that fails for want of descriptors waits a
 than spinning on the listening socket.
 
 Metric names follow Prometheus' conventions (``hostd_`` prefix, base units, ``_total`` for
-counters); README "Metrics" lists them.
+counters); docs/operations.md, "Metrics", lists them.
 """
 
 from __future__ import annotations

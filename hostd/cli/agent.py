@@ -206,7 +206,7 @@ def _restore(state_dir: str, as_json: bool) -> None:
         raise typer.Exit(EXIT_PARTIAL)
 
 
-# ``hostd status`` exit codes (README "Commands"), after LSB's for a service's status: 0 the
+# ``hostd status`` exit codes (docs/commands.md), after LSB's for a service's status: 0 the
 # agent runs and applies the policy; 1 it ended without restoring (killed, crashed, the host lost
 # power): its journal holds originals and ``hostd restore`` puts them back; 3 no agent runs and
 # nothing is left to restore; 5 the agent runs, switched off with ``hostd disable``.

@@ -57,8 +57,8 @@ def report(
     if not attempts:
         fail(
             f"no attempts recorded in {folder}: the agent records attempts of jobs it sees "
-            '(README "A/B rollout"); run some with HOSTD_PROTECT=0 in their environment to '
-            "compare them with protected ones",
+            '(docs/operations.md, "A/B rollout"); run some with HOSTD_PROTECT=0 in their '
+            "environment to compare them with protected ones",
             EXIT_FAILURE,
         )
     try:

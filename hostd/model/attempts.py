@@ -2,8 +2,8 @@
 record the agent keeps of each (``hostd report`` compares them).
 
 A **job** is what attempts are compared under; an **attempt** is one run of it. Both come from
-the environment and cgroup of the job's processes, the first that applies deciding (README
-"A/B rollout"):
+the environment and cgroup of the job's processes, the first that applies deciding
+(docs/operations.md, "A/B rollout"):
 
 - ``slurm``: attempt ``slurm ID restart N`` (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``), job
   ``SLURM_JOB_NAME`` (else ``slurm ID``);

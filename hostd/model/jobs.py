@@ -53,7 +53,8 @@ JOB_VARS = (
     "HOSTD_JOB",
     "HOSTD_THROUGHPUT_FILE",
 )
-# HOSTD_PROTECT in a job's environment: whether it wants hostd's protection (README "Jobs").
+# HOSTD_PROTECT in a job's environment: whether it wants hostd's protection (docs/policies.md,
+# "Jobs").
 PROTECT_YES, PROTECT_NO = ("1", "on", "yes", "true"), ("0", "off", "no", "false")
 
 

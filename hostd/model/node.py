@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-# Each kind, and what it is (``hostd policy show``, ``hostd explain``, README's policy keys).
+# Each kind, and what it is (``hostd policy show``, ``hostd explain``, docs/policy.md).
 KINDS = {
     "kernel": "a kernel thread",
     "init": "the init system (PID 1 in /init.scope)",

@@ -108,7 +108,7 @@ def reference() -> str:
         "a first line `#:schema PATH/TO/policy.schema.json`, relative to the policy file, or a",
         "`[[rule]]` with `schema.path` in `.taplo.toml`). `hostd policy show --policy FILE",
         "[--json]` prints every effective value.",
-        'README.md, "Policies", says what layers and their predicates are for.',
+        'docs/policies.md, "Policies", says what layers and their predicates are for.',
         "",
     ]
     for header, cls, doc in tables():

@@ -210,8 +210,7 @@ class Layer:
     util_high: float | None = field(default=None, metadata=part_of("util"))
     growth: str = key(
         "sticky", type="choice", choices=GROWTH_ORDERS,
-        doc='which CPUs a self-sizing layer takes and drops first (README.md, "How the planner '
-        'decides")',
+        doc="which CPUs a self-sizing layer takes and drops first (docs/planner.md)",
     )  # fmt: skip
 
     @property

@@ -1,5 +1,5 @@
-"""The man page and the completions come from the command line itself, and README's table of
-commands says only what the command line has."""
+"""The man page and the completions come from the command line itself, and the table of commands
+(docs/commands.md, linked from README) says only what the command line has."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hostd.cli import app
 from hostd.cli.manual import _commands, _options, completion, man_page, write
 
 REPO = Path(__file__).resolve().parents[2]
+COMMAND_TABLE = REPO / "docs/commands.md"
 COMMANDS = dict(_commands(typer.main.get_command(app)))
 
 
@@ -34,10 +35,10 @@ def test_completions_for_three_shells(tmp_path):
     assert "complete --command hostd" in completion("fish")
 
 
-def test_readme_names_only_commands_and_options_the_cli_has():
-    """Every row of README's table of commands: the command exists, and each option the row
-    names is one of that command's."""
-    readme = (REPO / "README.md").read_text()
+def test_the_command_table_names_only_commands_and_options_the_cli_has():
+    """Every row of the table of commands (docs/commands.md): the command exists, and each option
+    the row names is one of that command's."""
+    readme = COMMAND_TABLE.read_text()
     table = readme[readme.index("## Commands") :]
     table = table[: table.index("\n\n", table.index("| command |"))]
     rows = [ln for ln in table.splitlines() if ln.startswith("| `hostd ")]
@@ -55,8 +56,8 @@ def test_readme_names_only_commands_and_options_the_cli_has():
     assert seen == set(COMMANDS), set(COMMANDS) - seen
 
 
-def test_readme_says_which_commands_take_policy_and_root():
-    readme = (REPO / "README.md").read_text()
+def test_the_command_table_says_which_commands_take_policy_and_root():
+    readme = COMMAND_TABLE.read_text()
     for option in ("--policy", "--root"):
         said = readme[readme.index(f"`{option} ") :]
         said = said[: said.index(". ")]
