@@ -99,6 +99,8 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         agent.sources.open(agent.host, agent.policy)
         agent.exporter.start()
         full(agent, "start")
+        if (hint := first_run_hint(agent)) is not None:
+            log.info("%s", hint)
         while not agent.sources.stop:
             keep_to_pool(agent)
             try:
@@ -471,6 +473,25 @@ def hold_cstate(agent: Agent, on: bool) -> None:
     elif (not on or want is None) and agent.latency_fd is not None:
         os.close(agent.latency_fd)
         agent.latency_fd = None
+
+
+def first_run_hint(agent: Agent) -> str | None:
+    """One line for the log after the first pass where it found no job (no thread in a layer
+    that protects): what the agent watches for, what it does when a job appears, and how to see
+    that now; None where a job is there already (the pass's own lines say what it did)."""
+    protects = sorted(agent.classifier.protects)
+    if agent.disabled or not protects or any(agent.inc.layer_counts[n] > 0 for n in protects):
+        return None
+    enforce = agent.mode == "enforce"
+    does = "gives" if enforce else "would give"
+    yields = (" and " + ("makes" if enforce else "make") + " busy competing sessions yield"
+              if agent.policy.preemptible else "")  # fmt: skip
+    return (
+        f"no job here yet: no thread in the protected layer(s) {', '.join(protects)}; hostd "
+        f"watches for one and, when a job appears, {does} its threads their layer's CPUs and "
+        f"priority{yields}{'' if enforce else f' ({agent.mode} mode: it changes nothing)'}; "
+        "`hostd demo` shows the effect in a minute"
+    )
 
 
 def log_pass(agent: Agent, report: PassReport, elapsed: float, reason: str) -> None:

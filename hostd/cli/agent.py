@@ -270,7 +270,21 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
         print_json(st)
         raise typer.Exit(code)
     out.print(f"hostd {st['version']}: {line}")
+    if state != "running":  # stopped, crashed or switched off: what its last status file says of
+        # preemption, attempts, sizing and layers no longer holds; only the end and what to do
+        ran = "runs" if pid is not None else "ran"
+        out.print(f"it {ran} in mode {st['mode']}, policy {st['policy']['name']} "
+                  f"({st['policy']['source']})")  # fmt: skip
+        for text in next_steps(state):
+            out.print(text)
+        raise typer.Exit(code)
+    observe = st["mode"] != "enforce"
     out.print(f"mode {st['mode']}, policy {st['policy']['name']} ({st['policy']['source']})")
+    if observe:
+        out.print(
+            f"{st['mode']} mode: hostd changes nothing on this host; what follows says what it "
+            "would do (`hostd run --mode enforce` to apply it)"
+        )
     last = st.get("last_pass") or {"time": time.time(), "seconds": 0, "counts": {}}
     age = time.time() - last["time"]
     out.print(
@@ -311,11 +325,21 @@ def status(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
         )
     if st["layers"]:
         show(table)
-    for text in preempt_lines(st.get("preempt") or {}):
+    for text in preempt_lines(st.get("preempt") or {}, observe=observe):
         out.print(text)
     for text in sizing_lines(st.get("sizing")) + attempt_lines(st.get("attempts")):
         out.print(text)
     raise typer.Exit(code)
+
+
+def next_steps(state: str) -> list[str]:
+    """What to do about an agent that does not run (or runs switched off), for ``hostd
+    status``; the state line already says it where ``hostd restore`` is the answer."""
+    if state == "disabled":
+        return ["`hostd enable` switches it back on"]
+    if state == "stopped":
+        return ["`hostd run` (or its service) starts it again"]
+    return []
 
 
 def sizing_lines(sizing: dict | None, last: int = 5) -> list[str]:
@@ -353,21 +377,35 @@ def attempt_lines(attempts: dict | None) -> list[str]:
     return lines
 
 
-def preempt_lines(pre: dict) -> list[str]:
-    """What preemption and the starvation guard are doing, for ``hostd status``."""
+# What an event of the agent's log of recent events (``loop.note``) did, as observe mode says
+# it: there, it decided them and changed nothing.
+WOULD = {
+    "demote": "would demote",
+    "release": "would release",
+    "boost": "would boost",
+    "runaway": "would return to normal",
+    "weight": "would weigh",
+}
+
+
+def preempt_lines(pre: dict, observe: bool = False) -> list[str]:
+    """What preemption and the starvation guard are doing, for ``hostd status``; in observe
+    mode, what they would do (they decide, and change nothing)."""
     if not pre:
         return []
     lines = []
     if pre.get("enabled"):
         protected = ", ".join(pre.get("protected_layers", []))
         state = "active" if pre.get("active") else "idle (no protected thread)"
+        yields = "would yield" if observe else "yield"
         lines.append(
             f"preemption {state}: busy sessions ({pre.get('busy_cpus')}+ CPUs) of "
-            f"{', '.join(pre.get('preemptible_layers', []))} yield to {protected}"
+            f"{', '.join(pre.get('preemptible_layers', []))} {yields} to {protected}"
         )
+        demoted = "would have been demoted" if observe else "demoted"
         for d in pre.get("demoted", []):
             lines.append(
-                f"  session {d['session']} demoted {d['seconds']:.0f}s ago: wanted "
+                f"  session {d['session']} {demoted} {d['seconds']:.0f}s ago: wanted "
                 f"{d['demand_at_demotion']:.2f} CPUs, now {d['demand_now']:.2f}"
             )
         for path in pre.get("demoted_cgroups", []):
@@ -376,21 +414,31 @@ def preempt_lines(pre: dict) -> list[str]:
                 if path == "/hostd.demoted"
                 else "it holds only demoted work"
             )
-            lines.append(f"  cgroup {path} yields as a whole ({what})")
+            lines.append(
+                f"  cgroup {path} {'would yield' if observe else 'yields'} as a whole ({what})"
+            )
     counts = pre.get("counts", {})
     if pre.get("guard"):
-        lines.append(
-            f"starvation guard: {counts.get('boosts', 0)} boosts, "
-            f"{counts.get('runaways', 0)} runaway real-time threads returned to normal"
-            + (f" ({', '.join(r['comm'] + '/' + str(r['tid']) for r in pre['runaways'])})"
-               if pre.get("runaways") else "")
-        )  # fmt: skip
+        boosts, runaways = counts.get("boosts", 0), counts.get("runaways", 0)
+        names = (f" ({', '.join(r['comm'] + '/' + str(r['tid']) for r in pre['runaways'])})"
+                 if pre.get("runaways") else "")  # fmt: skip
+        if observe:
+            lines.append(
+                f"starvation guard (observe mode): would have made {boosts} boosts, would "
+                f"have returned {runaways} runaway real-time threads to normal{names}"
+            )
+        else:
+            lines.append(
+                f"starvation guard: {boosts} boosts, "
+                f"{runaways} runaway real-time threads returned to normal{names}"
+            )
     for ev in pre.get("recent", [])[-5:]:
         about = (
             f"session {ev['session']}" if "session" in ev else f"{ev.get('comm')}/{ev.get('tid')}"
         )
         when = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
-        lines.append(f"  {when} {ev['what']} {about}: {ev['why']}")
+        what = WOULD.get(ev["what"], f"would {ev['what']}") if observe else ev["what"]
+        lines.append(f"  {when} {what} {about}: {ev['why']}")
     return lines
 
 

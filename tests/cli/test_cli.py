@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -212,6 +213,98 @@ def test_status_says_a_persisted_switch():
     assert "an agent started later stays off until `hostd enable`" in line
 
 
+def _live_status_file(run: Path, state: str, mode: str = "enforce") -> None:
+    """A last status file with what only holds while the agent runs: a demoted session, a boost,
+    a demoted cgroup, an attempt being recorded, a layer's thread count."""
+    import time
+
+    _status_file(run, state, 0)
+    doc = json.loads((run / "status.json").read_text())
+    now = time.time()
+    doc.update(
+        mode=mode,
+        last_pass={"time": now - 2, "seconds": 0.01, "counts": {"applied": 3}},
+        layers=[{"name": "trainer", "kind": "grouped", "threads": 12, "cpus": [0, 1],
+                 "notes": []}],
+        preempt={
+            "enabled": True, "active": True, "busy_cpus": 0.5, "guard": True,
+            "protected_layers": ["trainer"], "preemptible_layers": ["rest"],
+            "demoted": [{"session": 4242, "seconds": 6.0, "demand_at_demotion": 3.5,
+                         "demand_now": 3.4}],
+            "demoted_cgroups": ["/hostd.demoted"],
+            "counts": {"boosts": 2, "runaways": 0},
+            "recent": [{"time": now - 6, "what": "demote", "why": "session of make(4242) "
+                        "wanted 3.50 CPUs", "session": 4242}],
+        },
+        attempts={"live": [{"job": "llama", "attempt": "slurm 7 restart 0",
+                            "protected": mode == "enforce", "throughput": None}]},
+    )  # fmt: skip
+    (run / "status.json").write_text(json.dumps(doc))
+
+
+LIVE = ("preemption", "demoted", "session 4242", "recording job", "starvation guard",
+        "yields", "trainer\t", "last pass")  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["stopped", "running"])
+def test_status_of_an_agent_that_ended_says_no_live_section(tmp_path, state):
+    """Its last status file still holds preemption, demotions, boosts and attempts: after a stop
+    ("everything restored") or a crash (its last state "running") none of them holds, and none
+    is said; only the end, and what to do."""
+    run = tmp_path / "run"
+    _live_status_file(run, state)
+    proc = hostd("status", "--run-dir", str(run), check=False)
+    shown = proc.stdout
+    assert proc.returncode == (3 if state == "stopped" else 1), shown + proc.stderr
+    for live in LIVE:
+        assert live not in shown, shown
+    assert "it ran in mode enforce, policy training" in shown
+    if state == "stopped":
+        assert "stopped, everything restored" in shown and "`hostd run`" in shown
+    else:
+        assert "ended without restoring" in shown and "`hostd restore`" in shown
+    doc = json.loads(hostd("status", "--json", "--run-dir", str(run), check=False).stdout)
+    assert doc["running"] is False  # the JSON keeps the last file, with running false
+
+
+def _hold_pid_file(run: Path) -> int:
+    """As a running agent holds it (``hostd.agent.lock``): locked, with a pid in it."""
+    import fcntl
+
+    fd = os.open(run / "agent.pid", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def test_status_of_a_running_agent_in_observe_mode_says_would(tmp_path):
+    """Observe mode changes nothing: status says what it would do, never "demoted"; in enforce
+    mode the same file says what it did."""
+    run = tmp_path / "run"
+    _live_status_file(run, "running", mode="observe")
+    fd = _hold_pid_file(run)
+    try:
+        proc = hostd("status", "--run-dir", str(run), check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        shown = proc.stdout
+        assert "observe mode: hostd changes nothing" in shown
+        assert "of rest would yield to trainer" in shown
+        assert "session 4242 would have been demoted 6s ago" in shown
+        assert "cgroup /hostd.demoted would yield as a whole" in shown
+        assert "would have made 2 boosts" in shown
+        assert "would demote session 4242" in shown
+        assert "recording job llama attempt slurm 7 restart 0 (not protected)" in shown
+        for did in ("4242 demoted", "yields as a whole", "guard: 2 boosts"):
+            assert did not in shown, shown
+        assert re.search(r"\d demote session", shown) is None, shown
+        _live_status_file(run, "running", mode="enforce")
+        shown = hostd("status", "--run-dir", str(run)).stdout
+        assert "session 4242 demoted 6s ago" in shown and "would" not in shown, shown
+        assert "recording job llama attempt slurm 7 restart 0 (protected)" in shown
+    finally:
+        os.close(fd)
+
+
 def test_piped_tables_are_tab_separated_lines():
     """Piped (as here), a table is its title as "# title", a header line and one line per row,
     tab-separated, whatever their width: for grep, cut and awk, as ps(1) prints."""
@@ -285,11 +378,15 @@ def test_names_from_the_host_are_text_with_control_characters_shown(tmp_path):
         assert "\x1b" not in proc.stdout and "Traceback" not in proc.stderr, args
         assert shown in proc.stdout or args[0] == "plan", (args, proc.stdout[-500:])
     run = tmp_path / "run"
-    _status_file(run, "stopped", 0)
+    _status_file(run, "running", 0)  # a running agent's: status says the attempts it records
     doc = json.loads((run / "status.json").read_text())
     doc["attempts"] = {"live": [{"job": HOSTILE, "attempt": "[/]x", "uid": 1000,
                                  "protected": True, "since": 0}]}  # fmt: skip
     (run / "status.json").write_text(json.dumps(doc))
-    proc = hostd("status", "--run-dir", str(run), check=False)
+    fd = _hold_pid_file(run)
+    try:
+        proc = hostd("status", "--run-dir", str(run), check=False)
+    finally:
+        os.close(fd)
     assert "Traceback" not in proc.stderr and "\x1b" not in proc.stdout, proc.stderr
     assert f"recording job {shown}" in proc.stdout, proc.stdout

@@ -554,3 +554,19 @@ def test_the_agent_raises_its_file_limit_and_warns_below_its_need(
         assert loop.own_files() == want
     assert limits[-1] == (want, hard)
     assert any(r.levelno == logging.WARNING for r in caplog.records) == warns
+
+
+def test_the_first_run_says_what_it_waits_for_where_no_job_runs(agent):
+    """A host without a job: one line says what the agent watches for, what it does when a job
+    appears, and `hostd demo`; where the job runs (the fixture's torchrun), no such line."""
+    agent.pass_once()
+    assert loop.first_run_hint(agent) is None  # the fixture's job: its own lines say it
+    agent.inc.layer_counts.clear()  # as on a host without a job
+    line = loop.first_run_hint(agent)
+    assert line is not None and "\n" not in line
+    assert "no job here yet" in line and "trainer" in line and "`hostd demo`" in line
+    assert ("gives" in line) == (agent.mode == "enforce")
+    agent.mode_override = "observe"
+    observed = loop.first_run_hint(agent)
+    assert observed is not None and "would give" in observed
+    assert "(observe mode: it changes nothing)" in observed
