@@ -96,7 +96,13 @@ class Attempts:
         proc = task.process
         key = (proc.pid, proc.start_time)
         if key not in self._who:
-            self._who[key] = attempt_of(proc.job, dict(proc.env), proc.cgroup, proc.cmdline)
+            # the rank's command line names the job, the same for all that runs below it
+            job = proc.job
+            rank = self.agent.cache.procs.get(job.rank_pid) if job and job.rank_pid else None
+            self._who[key] = attempt_of(
+                job, dict(proc.env), proc.cgroup, proc.cmdline,
+                rank_cmdline=rank.cmdline if rank is not None else None,
+            )  # fmt: skip
         return self._who[key]
 
     def add(self, task: Task, layer: str, d_run: int, d_wait: int, d_slices: int) -> None:

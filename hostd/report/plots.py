@@ -1,7 +1,8 @@
 """The plots of ``hostd report``, with matplotlib (imported only when a plot is drawn, on the
 Agg backend: ``ReportError`` with ``NEEDS_MATPLOTLIB`` when it is missing): one job's measure
 per attempt, its throughput over time, its threads' run-queue wait per layer, its GPUs'
-utilisation. ``save_figure`` writes one as a PNG file (``bench/ab.py``); ``hostd.report.html``
+utilisation. Every y-axis starts at zero (a 0.5 % difference does not fill it; issue 46).
+``save_figure`` writes one as a PNG file (``bench/ab.py``); ``hostd.report.html``
 inlines them in the page.
 """
 
@@ -50,6 +51,15 @@ def _measure_label(measure: dict) -> str:
     return "duration (s), lower is better"
 
 
+def _from_zero(ax: Any, values: list[float]) -> None:
+    """The y-axis from zero to a little above the largest value: a throughput or a
+    duration compared from zero, so that a 0.5 % difference looks like one and does not fill
+    the axis (matplotlib's autoscaling spans only the data's range)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    high = max(finite, default=0.0)
+    ax.set_ylim(0.0, high * 1.15 if high > 0 else 1.0)
+
+
 def _plot_measure(Figure: Any, c: dict) -> Any:
     """(a) The measure of each attempt, in time order, by arm, with each arm's mean."""
     fig = Figure(figsize=(7.5, 3.2), dpi=100, layout="constrained")
@@ -76,6 +86,7 @@ def _plot_measure(Figure: Any, c: dict) -> Any:
         ax.plot(xs, ys, "o", color=COLOURS[flag], label=f"{ARM[flag]} ({len(xs)})", ms=7)
         mean = statistics.fmean(ys)
         ax.axhline(mean, color=COLOURS[flag], ls="--", lw=1, label=f"{ARM[flag]} mean")
+    _from_zero(ax, [p[3] for p in points])
     ax.set_xlabel("attempt, in time order")
     ax.set_ylabel(_measure_label(c["measure"]))
     ax.set_xticks(range(1, len(points) + 1))
@@ -105,6 +116,7 @@ def _plot_over_time(Figure: Any, summaries: list[dict]) -> Any:
             label=None if flag in seen else ARM[flag],
         )
         seen.add(flag)
+    _from_zero(ax, [p[1] for s in summaries for p in s["throughput_over_time"]])
     units = {s["throughput_unit"] for s in summaries} - {None}
     ax.set_xlabel(f"time since the attempt started ({unit})")
     ax.set_ylabel("throughput" + (f" ({', '.join(sorted(units))})" if units else ""))
@@ -141,6 +153,7 @@ def _plot_wait(Figure: Any, c: dict) -> Any:
             label=label,
         )
     for ax, title in ((share_ax, "wait share (%)"), (slice_ax, "wait per timeslice (ms)")):
+        ax.set_ylim(bottom=0.0)
         ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 4 else 0)
         ax.set_title(title, loc="left", fontsize="medium")
     if c["arms"] and names:
@@ -165,6 +178,7 @@ def _plot_gpu(Figure: Any, c: dict) -> Any:
         ax.hlines(statistics.fmean(ys), i - 0.3, i + 0.3, color=COLOURS[arm["protected"]])
     ax.set_xticks(range(len(c["arms"])), [ARM[arm["protected"]] for arm in c["arms"]])
     ax.set_xlim(-0.6, len(c["arms"]) - 0.4)
+    ax.set_ylim(0.0, 105.0)  # a share: its whole range
     ax.set_ylabel("GPU utilisation (%)")
     ax.set_title("GPU utilisation per attempt (line: the arm's mean)", loc="left")
     return fig

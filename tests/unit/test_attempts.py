@@ -30,10 +30,22 @@ STEP = "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"
     [
         (RANK, {"SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "2", "SLURM_JOB_NAME": "llama"},
          STEP, "python train.py", ("llama", "slurm 4242 restart 2", "slurm")),
+        # no job name: the script; Slurm's default name for an interactive allocation says
+        # nothing either; the job id only when there is no script
         (RANK, {"SLURM_JOB_ID": "4242"}, STEP, "python train.py",
+         ("train.py", "slurm 4242 restart 0", "slurm")),
+        (RANK, {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "interactive"}, STEP, "python train.py",
+         ("train.py", "slurm 4242 restart 0", "slurm")),
+        (RANK, {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "bash"}, STEP, "python -c x",
          ("slurm 4242", "slurm 4242 restart 0", "slurm")),
+        # torchrun inside a Slurm job: Slurm's name and attempt
+        (RANK, {"SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "llama", "TORCHELASTIC_RUN_ID": "r7"},
+         STEP, "python train.py", ("llama", "slurm 9 restart 0", "slurm")),
+        # torchrun's run id is the attempt's; the job is the script it runs (issue 46)
         (RANK, {"TORCHELASTIC_RUN_ID": "r7", "TORCHELASTIC_RESTART_COUNT": "1"}, "/user.slice",
-         "python train.py", ("r7", "torchrun r7 restart 1", "torchrun")),
+         "python train.py", ("train.py", "torchrun r7 restart 1", "torchrun")),
+        (RANK, {"TORCHELASTIC_RUN_ID": "r7", "SLURM_JOB_NAME": "llama"}, "/", "python train.py",
+         ("llama", "torchrun r7 restart 0", "torchrun")),
         # torchrun's default run id says nothing: the launcher and the script name it
         (RANK, {"TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_RESTART_COUNT": "0"}, "/",
          "/usr/bin/python3 -u /data/train.py --lr 1", ("train.py", "torchrun 4000 restart 0",
@@ -42,6 +54,9 @@ STEP = "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"
          ("-m trainer.main", "pod 1b2c3d4e-0000-1111-2222-333344445555", "kubernetes")),
         (RANK, {"TORCHELASTIC_RUN_ID": "r7", "HOSTD_JOB": "llama-70b"}, "/", "x",
          ("llama-70b", "torchrun r7 restart 0", "hostd")),
+        (RANK, {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "llama", "HOSTD_JOB": "llama-70b"},
+         STEP, "python train.py", ("llama-70b", "slurm 4242 restart 0", "hostd")),
+        # no script to name it (inline code): the run id, as a last resort
         (Job("torchrun 4000", "data", 0, 4100, True, "t"), {"TORCHELASTIC_RUN_ID": "r7"}, "/",
          "python", ("r7", "torchrun r7 restart 0", "torchrun")),
         (Job("torchrun 4000", "launcher", None, 0, False, "t"), {}, "/", "torchrun", None),
@@ -49,8 +64,53 @@ STEP = "/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0"
     ],
 )  # fmt: skip
 def test_attempt_of(job, env, cgroup, cmdline, want):
-    got = attempt_of(job, env, cgroup, cmdline)
+    rank_cmdline = cmdline if job is not None and job.role == "rank" else None
+    got = attempt_of(job, env, cgroup, cmdline, rank_cmdline)
     assert (got and (got.job, got.attempt, got.source)) == want
+
+
+def test_torchrun_launches_of_one_script_are_one_job():
+    """Issue 46: each torchrun launch got its random run id as the job's name, so 11 launches of
+    one script were 11 jobs of one attempt each. The script names the job; the run id keeps
+    the attempts apart."""
+    import uuid
+
+    got = [
+        attempt_of(RANK, {"TORCHELASTIC_RUN_ID": uuid.uuid4().hex[:12],
+                          "TORCHELASTIC_RESTART_COUNT": "0"},
+                   "/user.slice", "/usr/bin/python3 -u /home/ana/train.py --steps 500",
+                   rank_cmdline="/usr/bin/python3 -u /home/ana/train.py --steps 500")
+        for _ in range(11)
+    ]  # fmt: skip
+    assert {g.job for g in got} == {"train.py"}
+    assert len({g.attempt for g in got}) == 11
+    assert {g.source for g in got} == {"torchrun"}
+    # a restart of one launch is one more attempt of the same job
+    again = attempt_of(RANK, {"TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "1"},
+                       "/", "python train.py", "python train.py")  # fmt: skip
+    assert (again.job, again.attempt) == ("train.py", "torchrun abc restart 1")
+    # what runs below a rank (a compiler, a data worker) is named by its rank's script
+    for role, cmdline in (("compile", "/usr/lib/gcc/x86_64-linux-gnu/11/cc1plus -quiet x.cpp"),
+                          ("data", "python train.py")):  # fmt: skip
+        below = Job("torchrun 4000", role, 0, 4100, True, "t")
+        got = attempt_of(below, {"TORCHELASTIC_RUN_ID": "abc"}, "/", cmdline, "python train.py")
+        assert (got.job, got.attempt) == ("train.py", "torchrun abc restart 0")
+    # no rank's command line (a caller that passes none): the run id, never the program's own
+    got = attempt_of(Job("torchrun 4000", "compile", 0, 4100, True, "t"),
+                     {"TORCHELASTIC_RUN_ID": "abc"}, "/", "cc1plus x.cpp")  # fmt: skip
+    assert got.job == "abc"
+
+
+def test_the_given_name_decides_in_order():
+    """HOSTD_JOB, then the Slurm job name, then the script, then the run id."""
+    env = {"TORCHELASTIC_RUN_ID": "f3a9", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "pretrain",
+           "HOSTD_JOB": "llama-ab"}  # fmt: skip
+    names = []
+    for drop in ("", "HOSTD_JOB", "SLURM_JOB_NAME", "SLURM_JOB_ID"):
+        env.pop(drop, None)
+        names.append(attempt_of(RANK, env, "/", "python train.py", "python train.py").job)
+    names.append(attempt_of(RANK, env, "/", "python -c pass", "python -c pass").job)
+    assert names == ["llama-ab", "pretrain", "train.py", "train.py", "f3a9"]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +121,13 @@ def test_attempt_of(job, env, cgroup, cmdline, want):
         ("python -m torch_xla.run x", "-m torch_xla.run"),
         ("/usr/local/bin/megatron-train --cfg a", "megatron-train"),
         ("", "unnamed"),
+        # through a launcher: its script, not an option's value
+        ("torchrun --nnodes 1 --nproc_per_node 8 train.py --lr 1", "train.py"),
+        ("python -u -m torch.distributed.run --nproc-per-node=8 /w/train.py", "train.py"),
+        ("torchrun --standalone -m trainer.main", "-m trainer.main"),
+        ("env OMP_NUM_THREADS=4 python3 -W ignore train.py", "train.py"),
+        # inline code has no script: the program names it
+        ("python3 -c import os; os.sleep(1)", "python3"),
     ],
 )
 def test_command_name(cmdline, want):
@@ -129,7 +196,7 @@ def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
         # the fixture's two ranks run as uid 1000 (GPU 0) and root (GPU 4): an attempt is its
         # user's (the environment that names it is the user's to write), so two records
         records = {}
-        for path in folder.glob("u*-dgx-job-17-*.json"):
+        for path in folder.glob("u*-train.py-*.json"):
             rec = json.loads(path.read_text())
             records[rec["uid"]] = rec
         assert sorted(records) == [0, 1000]
@@ -140,8 +207,9 @@ def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
         ]  # fmt: skip
         for uid, minor in ((1000, 0), (0, 4)):
             rec = records[uid]
+            # the job is the script the ranks run (train.py), the attempt torchrun's run id
             assert (rec["job"], rec["attempt"], rec["source"]) == (
-                "dgx-job-17", "torchrun dgx-job-17 restart 0", "torchrun",
+                "train.py", "torchrun dgx-job-17 restart 0", "torchrun",
             )  # fmt: skip
             assert rec["protected"] is False and "observe" in rec["why"]  # observe: no change
             assert rec["ranks"] == 1 and rec["end"] is None
@@ -160,7 +228,7 @@ def test_the_agent_records_an_attempt_and_labels_its_gpus(tmp_path):
         agent.write_status(PassReport(), None, "running")
         got = scrape(agent.status.last["metrics"])
         for uid in (0, 1000):
-            labels = (("attempt", "torchrun dgx-job-17 restart 0"), ("training_job", "dgx-job-17"),
+            labels = (("attempt", "torchrun dgx-job-17 restart 0"), ("training_job", "train.py"),
                       ("uid", str(uid)))  # fmt: skip
             cpu = sum(v["cpu_seconds"] for v in records[uid]["samples"][0]["layers"].values())
             assert got[("hostd_job_cpu_seconds_total", labels)] == pytest.approx(cpu)
@@ -293,7 +361,7 @@ def test_old_records_make_room_for_new_ones(tmp_path, monkeypatch):
     old = {f"old-{i}.json": 1_000_000 + i for i in range(5)}
     names = _records_after_one_sample(tmp_path, old)  # the fixture's job: two new records
     assert len(names) == 3, names
-    assert sum("-dgx-job-17-" in n for n in names) == 2
+    assert sum("-train.py-" in n for n in names) == 2
     assert "old-4.json" in names  # the newest old one stays
 
 
@@ -334,7 +402,7 @@ def test_one_users_many_jobs_never_evict_another_users_history(tmp_path, monkeyp
     assert [n for n in names if n.startswith("u77-")] == ["u77-history-0.json",
                                                           "u77-history-1.json"]  # fmt: skip
     mine = [n for n in names if n.startswith("u1000-")]
-    assert len(mine) == 3 and sum("-dgx-job-17-" in n for n in mine) == 1
+    assert len(mine) == 3 and sum("-train.py-" in n for n in mine) == 1
     assert "u1000-flood-5.json" in mine and "u1000-flood-4.json" in mine
 
 

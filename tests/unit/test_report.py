@@ -363,6 +363,39 @@ def test_save_figure(tmp_path, page_inputs):
         save_figure(comparisons[0], tmp_path / "x.png", "pie")
 
 
+@pytest.mark.parametrize("measure", ["throughput", "duration"])
+def test_the_plots_scale_their_axes_from_zero(measure):
+    """Issue 46: a 0.5 % difference between the arms filled the whole y-axis (matplotlib spans
+    only the data's range). Each plot's y-axis starts at zero, with a margin above the largest
+    value, so the difference looks as large as it is."""
+    from hostd.report.plots import (
+        _figure_class,
+        _plot_gpu,
+        _plot_measure,
+        _plot_over_time,
+        _plot_wait,
+    )
+
+    attempts = arms([100.0, 100.5, 100.2], [99.7, 100.1, 99.9], measure)
+    for a in attempts:
+        for s in a["samples"]:
+            s["gpu_utilization"] = 0.9 if a["protected"] else 0.89
+    comparison = compare_all(attempts)[0]
+    Figure = _figure_class()
+    (ax,) = _plot_measure(Figure, comparison).axes
+    low, high = ax.get_ylim()
+    assert low == 0.0
+    assert 100.5 < high <= 100.5 * 1.3  # a margin above the largest, not a sea of space
+    summaries = [summarise(a) for a in attempts]
+    if measure == "throughput":
+        (ax,) = _plot_over_time(Figure, summaries).axes
+        assert ax.get_ylim()[0] == 0.0 and ax.get_ylim()[1] > 100.5
+    (ax,) = _plot_gpu(Figure, comparison).axes
+    assert ax.get_ylim() == (0.0, 105.0)
+    for ax in _plot_wait(Figure, comparison).axes:
+        assert ax.get_ylim()[0] == 0.0
+
+
 def test_without_matplotlib(monkeypatch, page_inputs):
     import sys
 
