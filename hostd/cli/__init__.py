@@ -12,6 +12,7 @@ from hostd import __version__
 from hostd.cli import agent as agent_cmd
 from hostd.cli import classify as classify_cmd
 from hostd.cli import demo as demo_cmd
+from hostd.cli import manual as manual_cmd
 from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
 from hostd.cli import report as report_cmd
@@ -56,6 +57,7 @@ app.command("disable")(agent_cmd.disable)
 app.command("doctor")(agent_cmd.doctor)
 app.command("demo")(demo_cmd.demo)
 app.command("report")(report_cmd.report)
+app.command("manual")(manual_cmd.manual)
 
 
 def main() -> None:

@@ -1,9 +1,11 @@
 """``hostd``'s man page and shell completions, generated from the command line itself.
 
 ``python -m hostd.cli.manual OUT`` writes ``OUT/hostd.1`` (roff: every command with its
-arguments, options and help, and the exit codes), ``OUT/hostd.bash``, ``OUT/_hostd`` (zsh) and
-``OUT/hostd.fish`` (typer's completion scripts, which ask ``hostd`` itself what completes). The
-deb and the rpm run it at build time and install the files where man(1) and the shells look.
+arguments, options and help, the exit codes, the environment variables hostd reads and
+examples), ``OUT/hostd.bash``, ``OUT/_hostd`` (zsh) and ``OUT/hostd.fish`` (typer's completion
+scripts, which ask ``hostd`` itself what completes). The deb and the rpm run it at build time and
+install the files where man(1) and the shells look; ``hostd manual`` prints the page for a pip
+install (``hostd manual | man -l -``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,46 @@ EXIT_CODES = (
     ("3", "partial (hostd restore could not read every journal line; hostd status: not running, "
           "nothing to restore)"),
     ("5", "hostd status: the agent runs, switched off by hostd disable"),
+)  # fmt: skip
+# Every HOSTD_* variable hostd reads, one line each (tests/cli/test_manual.py greps the source
+# for them: a new one needs its line here).
+ENVIRONMENT = (
+    ("HOSTD_STATE_DIR", "the folder of the journal and the job records: the default of every "
+                        "--state-dir (/var/lib/hostd)"),
+    ("HOSTD_RUN_DIR", "the folder of the agent's pid, status and switch files: the default of "
+                      "every --run-dir (/run/hostd)"),
+    ("HOSTD_SIDECAR", "1: hostd run --sidecar (manage only this pod's tasks, host-wide knobs "
+                      "off); hostd doctor --sidecar"),
+    ("HOSTD_METRICS_ADDRESS", "the address the agent's Prometheus exporter listens on, over "
+                              "[metrics] address (a DaemonSet sets the pod's IP)"),
+    ("HOSTD_METRICS_PORT", "the exporter's port, over [metrics] port"),
+    ("HOSTD_CONNECTOR_RCVBUF", "the receive buffer of the proc connector socket, in bytes (a "
+                               "small one provokes overflows in tests)"),
+    ("HOSTD_PROTECT", "in a job's environment: 1 asks for hostd's protection, 0 refuses it "
+                      "(for A/B comparisons; [jobs] protect decides for a job that says nothing)"),
+    ("HOSTD_JOB", "in a job's environment: the job's name in its records and in hostd report, "
+                  "whatever launched it"),
+    ("HOSTD_THROUGHPUT_FILE", "in a job's environment: a file whose first line the job rewrites "
+                              "with its throughput, <number> [unit] (12.5 steps/s), recorded "
+                              "per attempt"),
+    ("_HOSTD_COMPLETE", "set by the shell completion scripts when they ask hostd what completes"),
+)  # fmt: skip
+EXAMPLES = (
+    ("hostd doctor", "What this host allows and what hostd will and will not do here."),
+    ("hostd plan", "What the agent would do on this host now, changing nothing."),
+    ("sudo hostd demo", "The effect in about a minute and a half: a stand-in job alone, under "
+                        "contention, and protected; everything restored after."),
+    ("sudo hostd run --mode observe", "The agent, deciding and reporting but changing nothing."),
+    ("sudo hostd run --policy /etc/hostd/policy.toml", "The agent with a policy file; Ctrl-C "
+                                                       "restores."),
+    ("hostd status", "Whether the agent runs, its mode, policy, layers and last pass."),
+    ("sudo hostd restore", "Put back every knob hostd changed (after a crash)."),
+    ("hostd policy list", "The installed policies, which one is the default, where each lives."),
+    ("hostd policy show gentle", "Every effective value of an installed policy."),
+    ("hostd policy check my-policy.toml", "Validate a policy: every error, one line each."),
+    ("hostd report --job train -o report.html", "Did protection help a job? Its attempts with "
+                                                "and without hostd compared, as HTML."),
+    ("hostd manual | man -l -", "This page, for a pip install."),
 )  # fmt: skip
 SHELLS = (("bash", "hostd.bash"), ("zsh", "_hostd"), ("fish", "hostd.fish"))
 
@@ -101,6 +143,9 @@ def man_page() -> str:
     out.append(".SH EXIT STATUS")
     for code, what in EXIT_CODES:
         out += [".TP", f".B {code}", _roff(what)]
+    out.append(".SH ENVIRONMENT")
+    for name, what in ENVIRONMENT:
+        out += [".TP", f".B {name}", _roff(what)]
     out += [
         ".SH FILES",
         ".TP",
@@ -112,10 +157,24 @@ def man_page() -> str:
         ".TP",
         ".B /run/hostd/",
         "The agent's pid, status and switch files.",
+        ".TP",
+        ".B hostd/policy/*.toml",
+        "The installed policies, in the Python package (hostd policy list says where).",
+        ".SH EXAMPLES",
+    ]
+    for line, what in EXAMPLES:
+        out += [".TP", f".B {_roff(line)}", _roff(what)]
+    out += [
         ".SH SEE ALSO",
         "README.md of the hostd source, and hostd \\fICOMMAND\\fR \\-\\-help.",
     ]
     return "\n".join(out) + "\n"
+
+
+def manual() -> None:
+    """Print hostd's man page (roff), the same as man hostd from the deb or the rpm: read it
+    with hostd manual | man -l -."""
+    sys.stdout.write(man_page())
 
 
 def _app() -> typer.Typer:

@@ -27,6 +27,7 @@ import stat
 import sys
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hostd.policy.check import Checker
 from hostd.policy.errors import NOTHING, PolicyError, did_you_mean
@@ -69,6 +70,8 @@ from hostd.policy.tables import (
 )
 from hostd.policy.values import CpuAmount, Layer, Predicate, Sched
 
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -82,8 +85,8 @@ __all__ = [
     "STRING_PREDICATES", "USER_CONTROLLED", "WEIGH_JOB", "Agent", "Cgroups", "CpuAmount",
     "Guard", "Jobs", "Layer", "Metrics", "Policy", "PolicyError", "Predicate", "Preempt",
     "Sched", "Sizing", "default_policy_bytes", "did_you_mean", "elevation", "gated",
-    "insecure_reason", "load_checked", "load_default", "load_policy", "parse_policy",
-    "position", "regex_problem",
+    "insecure_reason", "installed_policies", "load_checked", "load_default", "load_policy",
+    "parse_policy", "position", "regex_problem",
 ]  # fmt: skip
 
 DEFAULT_POLICY = "training.toml"
@@ -180,3 +183,11 @@ def default_policy_bytes() -> bytes:
 def load_default() -> Policy:
     """The embedded default policy (the same file as policies/training.toml)."""
     return parse_policy(default_policy_bytes(), f"<embedded {DEFAULT_POLICY}>")
+
+
+def installed_policies() -> dict[str, Traversable]:
+    """The policies shipped in the package (``hostd/policy/*.toml``), by name (the file's stem),
+    the embedded default first: what ``hostd policy list`` lists and ``--policy NAME`` loads."""
+    files = [f for f in resources.files(__package__).iterdir() if f.name.endswith(".toml")]
+    files.sort(key=lambda f: (f.name != DEFAULT_POLICY, f.name))
+    return {f.name.removesuffix(".toml"): f for f in files}
