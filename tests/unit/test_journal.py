@@ -395,7 +395,7 @@ def test_a_compaction_that_cannot_wait_goes_in_steps_as_records_close(tmp_path, 
     assert steps > 1 and syncs  # more than one step, and it did end, durably
     want = [k for k, _ in threads(0, 200)]
     assert j.recorded() == want and Journal(tmp_path, "b").recorded() == want
-    assert j._done_lines < 1000
+    assert j._done_lines <= steps  # only those closed while it went on (one each step)
 
 
 def test_what_hostd_wrote_survives_a_reload_and_a_compaction_and_is_of_this_boot(tmp_path):
