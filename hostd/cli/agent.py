@@ -85,7 +85,9 @@ def run(
         envvar="HOSTD_SIDECAR",
         help="Manage only this pod's tasks (or this cgroup's parent); host-wide knobs off.",
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Log every decision (DEBUG), not only what changed."
+    ),
 ) -> None:
     """Run the agent: apply the policy and keep it applied; Ctrl-C (SIGTERM) restores."""
     if os.geteuid() != 0:
