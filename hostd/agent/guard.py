@@ -5,8 +5,8 @@ returned to normal scheduling (``hostd.preempt.Watch`` decides both).
   SCHED_FIFO one priority above the policy's real-time layers (``boost_value``; journaled like
   any write) for ``boost_ms``, then it is decided again. The agent's own thread holds SCHED_FIFO
   one above that while a boost is on, so that it wakes on time to end it, and at most all CPUs
-  but one are boosted at once; where real-time is not allowed, a demoted thread gets its
-  original policy back for that time.
+  but one are boosted at once; where real-time is not allowed (on the host, or for the thread:
+  ``rt_refused``), a demoted thread gets its original policy back for that time.
 * **runaway**: a real-time thread of a hostd layer that keeps a CPU busy is decided again as
   SCHED_OTHER at nice -20 from then on.
 """
@@ -18,6 +18,8 @@ import os
 from typing import TYPE_CHECKING
 
 from hostd import knobs
+from hostd.host import Host
+from hostd.model.topology import Topology
 from hostd.policy import Policy
 from hostd.preempt import Key, Sample
 
@@ -32,6 +34,20 @@ def boost_value(policy: Policy) -> list:
     policy (so a runaway of hostd's cannot hold it off), with reset-on-fork."""
     top = max((ly.sched.priority or 0 for ly in policy.layers if ly.sched.realtime), default=0)
     return ["fifo", min(99, top + 1), True]
+
+
+def rt_refused(host: Host, topo: Topology | None, tid: int) -> bool:
+    """Whether the kernel refuses the thread real-time for its cgroup: with RT group scheduling
+    (v1 ``cpu``, CONFIG_RT_GROUP_SCHED) a cgroup's real-time budget is ``cpu.rt_runtime_us``,
+    0 in every cgroup made below the root unless its manager gave one (the kubelet, docker and
+    systemd do not): SCHED_FIFO there is EPERM (FACTS.md). The thread's cgroup, as root reads
+    it from /proc: a user cannot move a thread into a cgroup that has a budget."""
+    mount = topo.cgroup.v1_mount("cpu") if topo is not None else None
+    path = (host.cgroups(tid) or {}).get("cpu") if mount else None
+    if not path or path == "/":
+        return False
+    text = host.read_quiet(f"{mount.strip('/')}/{path.strip('/')}/cpu.rt_runtime_us")
+    return text is not None and text.strip() == "0"
 
 
 class Guard:
@@ -93,10 +109,13 @@ class Guard:
         if agent.planner is None or task is None or s.key in self.boosted:
             return
         key = knobs.task_key(task.tid, task.start_time, "sched")
+        if loop.weights.capped(task.pid):
+            return  # its cgroup's quota is its floor: a boost would not make it run more
         if len(self.boosted) >= max(1, len(os.sched_getaffinity(0)) - 1):
             loop.counters["boosts_deferred"] += 1
             return  # never every CPU at once: the others wait for a next round
-        if agent.caps.rt and self.hold_rt(True):
+        rt = agent.caps.rt and not rt_refused(agent.host, agent.inc.topology, task.tid)
+        if rt and self.hold_rt(True):
             override: dict = {key: boost_value(agent.policy)}
         elif key in agent.journal:  # no real-time here: its own policy back for a moment
             override = {key: agent.journal.original(key)}

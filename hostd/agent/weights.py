@@ -35,6 +35,11 @@ log = logging.getLogger("hostd")
 MAX_GROUPS = 64  # a demoted session's cgroup with more cgroups below it is not weighed
 
 
+def within(path: str, tops: list[str]) -> bool:
+    """Whether cgroup ``path`` is one of ``tops`` or below one."""
+    return any(path == top or path.startswith(top + "/") for top in tops)
+
+
 def path_of(key: str) -> str:
     """The cgroup a key of this module names ("/user.slice/x.scope", "/hostd.demoted")."""
     return knobs.parse_key(key).ident
@@ -144,16 +149,25 @@ class GroupWeights:
         node with its infrastructure", measures what that costs the job."""
         if self.loop.agent.mode != "enforce":
             return False
-        capped = [path_of(k) for k in self.groups if k.startswith(group.MAX_PREFIX + "/")]
+        capped = self.capped_paths()
         for pid in sessions.get(sid, []):
             if pid in self.loop.spared:
                 continue
             path = self.cpu_group(pid)
             if path is None or path == group.HOME:
                 continue  # gone, or idle at the root
-            if not any(path == c or path.startswith(c + "/") for c in capped):
+            if not within(path, capped):
                 return False
         return True
+
+    def capped_paths(self) -> list[str]:
+        return [path_of(k) for k in self.groups if k.startswith(group.MAX_PREFIX + "/")]
+
+    def capped(self, pid: int) -> bool:
+        """Whether process ``pid`` runs in a cgroup hostd capped: the quota is its floor (it
+        runs ``cap_cpus`` a period whatever its threads' policy), which a boost cannot raise."""
+        path = self.cpu_group(pid)
+        return path is not None and within(path, self.capped_paths())
 
     # -- hostd's cgroup for demoted processes of the root cgroup -----------------------------
     def movable(self, pid: int) -> bool:
@@ -243,6 +257,7 @@ class GroupWeights:
         self.release([k for k, s in self.groups.items() if sid in s], why)
 
     def release(self, keys: list[str], why: str) -> None:
+        """The cgroups' settings back (a cgroup's weight and its cap: one line for both)."""
         agent = self.loop.agent
         for key in keys:
             self.groups.pop(key, None)
@@ -252,17 +267,19 @@ class GroupWeights:
                     if r.outcome not in DONE:
                         log.warning("preempt group release key=%s outcome=%s %s",
                                     key, r.outcome, r.detail)  # fmt: skip
-            log.info("preempt group release cgroup=%s why=%r", path_of(key), why)
+        for path in dict.fromkeys(path_of(key) for key in keys):
+            log.info("preempt group release cgroup=%s why=%r", path, why)
 
     def check(self) -> None:
         """A weighed-down cgroup that now holds anything but demoted work gets its weight back."""
         sids = self.groups.get(group.HOME_KEY)
         if sids is not None:
             self.move_out(sids & set(self.loop.watch.demoted), "its session is not demoted")
-        for key in list(self.groups):
-            if key == group.HOME_KEY:
-                continue
-            path = path_of(key)
+        by_path: dict[str, list[str]] = {}
+        for key in self.groups:
+            if key != group.HOME_KEY:
+                by_path.setdefault(path_of(key), []).append(key)
+        for path, keys in by_path.items():
             why = why_group_kept(
                 path,
                 self.members(path),
@@ -270,4 +287,4 @@ class GroupWeights:
                 self.loop.agent.policy.cgroups_write,
             )
             if why is not None:
-                self.release([key], why)
+                self.release(keys, why)

@@ -426,6 +426,34 @@ def tenant():
         path.rmdir()
 
 
+def test_the_guard_knows_where_the_kernel_refuses_real_time(tenant):
+    """RT group scheduling: a cgroup made below the root has no real-time budget, and the
+    guard's boost (SCHED_FIFO) is refused there: it must know before it tries."""
+    from hostd.agent.guard import rt_refused
+    from hostd.host import Host
+    from hostd.topology import read_topology
+
+    host = Host("/")
+    topo = read_topology(host)
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not rt_refused(host, topo, proc.pid)  # the root cgroup: the host's budget
+        (tenant / "cgroup.procs").write_text(str(proc.pid))
+        refused = rt_refused(host, topo, proc.pid)
+        try:
+            os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(1))
+            took = True
+            os.sched_setscheduler(proc.pid, os.SCHED_OTHER, os.sched_param(0))
+        except PermissionError:
+            took = False
+        assert refused == (not took)  # what the kernel does, known beforehand
+        budget = tenant / "cpu.rt_runtime_us"
+        assert refused == (budget.exists() and budget.read_text().strip() == "0")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _setting(path: Path) -> str:
     """What weighs the cgroup down: its cpu.idle (Linux 5.15+, v1 too), else its cpu.shares."""
     idle = path / "cpu.idle"
@@ -470,6 +498,8 @@ def test_a_busy_session_in_a_cgroup_of_its_own_has_its_cgroup_weighed_down(tmp_p
             log = agent.stop()
         assert agent.proc.returncode == 0, log
         assert "preempt group demote cgroup=/hostd-test-tenant" in log
+        assert "preempt group cap cgroup=/hostd-test-tenant" in log
+        assert log.count("preempt group release cgroup=/hostd-test-tenant why=") == 1, log
         assert "which is not demoted" in log
         assert _setting(tenant) == setting
         _back_as_before(box, before, [])
