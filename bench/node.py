@@ -43,7 +43,9 @@ capped container takes none of the node's share) and ``quiet+hostd`` (the shippe
 policy on the quiet node: what hostd's placement does to the job there) and
 ``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
 weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure; with
-``+write`` too). The job's
+``+write`` too) and ``node+cap`` (no hostd: the container's cgroup idle and capped at
+``--cap`` CPUs by this script, its threads SCHED_IDLE, the ranks at the default weight: what the
+kernel makes of a capped container, hostd's part left out). The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
@@ -82,7 +84,7 @@ TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
     "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+write",
     "node+hostd-ops", "node+hostd+write+needed",
-    "node+hostd+nice0", "node+hostd+write+nice0",
+    "node+hostd+nice0", "node+hostd+write+nice0", "node+cap",
 )  # fmt: skip
 WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
 # the default, but root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
@@ -333,6 +335,27 @@ class Progress:
                 "longest_gap_s": self.longest}  # fmt: skip
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far, all its threads (utime + stime of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cap_by_hand(node: Node, cpus: float) -> None:
+    """What hostd does to the demoted container with ``[cgroups] write = ["container"]``, done
+    here: its cgroup idle (``cpu.idle``) and capped (a CFS quota of ``cpus`` per 100 ms period),
+    its threads SCHED_IDLE."""
+    for _, here in node.parts["container"].cgroup.dirs:
+        for name, value in (("cpu.idle", "1"), ("cpu.cfs_quota_us", str(int(cpus * 100_000)))):
+            if (here / name).exists():
+                (here / name).write_text(value)
+        if (here / "cpu.max").exists():
+            (here / "cpu.max").write_text(f"{int(cpus * 100_000)} 100000")
+    for pid in node.watch:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setscheduler(int(task.name), os.SCHED_IDLE, os.sched_param(0))
+
+
 def run_job(args: argparse.Namespace, work: Path, progress: Progress | None) -> dict:
     out = work / "job.json"
     with contextlib.suppress(FileNotFoundError):
@@ -364,14 +387,19 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
         policy = work / "policy.toml"
         extra = WRITE if "+write" in arm else OPS if arm.endswith("-ops") else b""
         text = default_policy_bytes() + extra
+        preempt = b"" if args.cap is None else f"cap_cpus = {args.cap:g}\n".encode()
         if arm.endswith("+needed"):  # the ranks' session weight only while it is needed
-            text += b'\n[preempt]\nweigh_job = "while-needed"\n'
+            preempt += b'weigh_job = "while-needed"\n'
+        if preempt:  # (OPS ends with the [preempt] table)
+            text += preempt if extra == OPS else b"\n[preempt]\n" + preempt
         if arm.endswith("nice0"):  # the ranks' sessions at the default weight
             text = text.replace(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")
         policy.write_bytes(text)
         agent = AgentProc(work / f"{arm}-{rep}", policy=str(policy))
         agent.wait_passes(1)
     node = Node(work, args, infra=arm != "alone", contended=arm.startswith("node"))
+    if arm == "node+cap":
+        cap_by_hand(node, args.cap if args.cap is not None else 0.02)
     time.sleep(1)
     progress = Progress(node.watch) if node.watch else None
     try:
@@ -381,7 +409,10 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
             if progress is not None:
                 progress.poll()
         else:
+            began, used = time.monotonic(), cpu_seconds(agent.proc.pid) if agent else 0.0
             job = run_job(args, work, progress)
+            if agent is not None:  # the agent's own CPU while the job ran
+                job["agent_cpu"] = (cpu_seconds(agent.proc.pid) - used) / (time.monotonic() - began)
     finally:
         status = agent.status() if agent is not None else {}
         parts = node.stop()
@@ -458,7 +489,9 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace) -> str:
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Method: `sudo python3 "
         f"bench/node.py --reps {args.reps} --model {args.model} --omp {args.omp} --workers "
         f"{args.workers} --seconds {args.seconds} --warmup {args.warmup} "
-        f"--sync-ms {args.sync_ms} --lines {args.lines} --ops-ms {args.ops_ms}` (its docstring "
+        f"--sync-ms {args.sync_ms} --lines {args.lines} --ops-ms {args.ops_ms}"
+        + ("" if args.cap is None else f" --cap {args.cap:g}")
+        + "` (its docstring "
         "says what each part is and where it runs).", "",
         "| arm | reps | job steps/s | vs alone | worst vs alone worst | vs quiet | worst vs quiet "
         "worst | sync: missed / periods "
@@ -482,8 +515,8 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace) -> str:
     head += [
         "", "Every run:", "",
         "| rep | arm | steps/s | sync missed | dropped | failed | operator worst s | container "
-        "share, gap s |",
-        "|---:|---|---:|---:|---:|---:|---:|---|",
+        "share, gap s | agent CPU |",
+        "|---:|---|---:|---:|---:|---:|---:|---|---:|",
     ]  # fmt: skip
     for r in runs:
         p = r["parts"]
@@ -493,7 +526,8 @@ def render(rows: list[dict], runs: list[dict], args: argparse.Namespace) -> str:
             f"| {r['rep']} | {r['arm']} | {_f(r['job'].get('steps_per_s'))} | "
             f"{p.get('sync', {}).get('missed', '-')} | {p.get('source', {}).get('dropped', '-')} "
             f"| {p.get('health', {}).get('failed', '-')} | {_f(max(ops) if ops else None)} | "
-            + (f"{c['share']:.3f}, {c['longest_gap_s']:.2f}" if c else "-") + " |"
+            + (f"{c['share']:.3f}, {c['longest_gap_s']:.2f}" if c else "-")
+            + f" | {_f(r['job'].get('agent_cpu'), '{:.3f}')} |"
         )  # fmt: skip
     return "\n".join(head) + "\n"
 
@@ -510,6 +544,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sync-ms", type=float, default=100, help="the sync loop's work a second")
     ap.add_argument("--lines", type=int, default=2000, help="log lines a second")
     ap.add_argument("--ops-ms", type=float, default=2000, help="an operator command's work")
+    ap.add_argument(
+        "--cap",
+        type=float,
+        help="[preempt] cap_cpus for the hostd arms (default: "
+        "the policy's), and node+cap's quota (default 0.02)",
+    )
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--write", type=Path, help="replace this section of the file")
     ap.add_argument("--json", type=Path, help="every run, as JSON")

@@ -98,7 +98,7 @@ class Preempt:
         doc="CPUs a user's interactive sessions (a login with a terminal) keep while a job runs",
     )  # fmt: skip
     cap_cpus: float = key(
-        0.1, type="number", lo=0, hi=4096, what="CPUs (0: no cap)", unit="CPUs",
+        0.02, type="number", lo=0, hi=4096, what="CPUs (0: no cap)", unit="CPUs",
         doc="CPUs a demoted cgroup that [cgroups] write lets hostd weigh down may run at most "
         "(its CFS quota; 0: no cap)",
     )  # fmt: skip

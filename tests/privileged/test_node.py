@@ -304,7 +304,7 @@ def test_the_jobs_session_weight_only_while_demoted_work_needs_outweighing(tmp_p
                                          start_new_session=True, preexec_fn=cg.join)  # fmt: skip
             assert cg is not None
             wait_for(lambda: _quota(cg) is not None, "the container capped", agent, PATIENCE)
-            assert _quota(cg) == 10000  # 0.1 CPU of its 100 ms period
+            assert _quota(cg) == 2000  # 0.02 CPU of its 100 ms period
             assert _policy(container.pid) == os.SCHED_IDLE
             ticks = _counts(agent).get("ticks", 0)
             wait_for(lambda: _counts(agent).get("ticks", 0) >= ticks + 10, "ten more ticks",

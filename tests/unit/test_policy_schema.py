@@ -217,6 +217,6 @@ def test_policy_show_prints_every_value(validator) -> None:
         if k.type == "table" and not k.many:
             for sub in keys_of(k.value):
                 assert f"[{k.name}] {sub.name} = " in text, (k.name, sub.name)
-    assert "    growth = " in text and "[preempt] cap_cpus = 0.1 CPUs" in text
+    assert "    growth = " in text and "[preempt] cap_cpus = 0.02 CPUs" in text
     default = json.loads(_hostd("policy", "show", "--json"))
     assert default["source"] == "<embedded training.toml>"
