@@ -19,7 +19,7 @@ from pathlib import Path
 
 import hostd.sidecar
 from hostd import knobkinds, knobs
-from hostd.agent import loop
+from hostd.agent import loop, parts
 from hostd.agent.attempts import Attempts
 from hostd.agent.events import Batch
 from hostd.agent.incremental import Incremental
@@ -112,8 +112,8 @@ class Agent:
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
         self.overflow_due: float | None = None  # events lost: a full pass at most then (loop)
         self.renames_muted: float | None = None  # a rename storm: rename events off until then
-        self.join_quiet = loop.JOIN_QUIET_S  # cpuset joins wait this long without events
-        self.refreeze = False  # a re-layer or its redo kept objects: frozen (loop.freeze)
+        self.join_quiet = parts.JOIN_QUIET_S  # cpuset joins wait this long without events
+        self.refreeze = False  # a re-layer or its redo kept objects: frozen (parts.freeze)
         self.counters: Counter[str] = Counter()
         self.watcher = WatchLoop(self)
         self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)

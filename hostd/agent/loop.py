@@ -3,15 +3,16 @@
 ``run`` takes the pid lock, subscribes to the sources, runs a full pass and then ``step``-s
 until a signal stops it; at the end it restores everything hostd changed (unless the policy says
 ``restore_on_exit = false``). Meanwhile hostd's own threads stay on the pool's CPUs
-(``keep_to_pool``), never on those a layer has to itself. A step handles, in this order: a
-reload (SIGHUP), a switch (SIGUSR1), device events (a full pass with the topology read again),
-thread events (an event pass, which re-layers first when a layer gains its first member; a lost
-event means a full pass); then, while no event waits, cpuset joins of threads that lived a
-second and, after a re-layer, the pool's threads; a few milliseconds of the journal's compaction
-when nothing else is left; a layer due to give CPUs back, the watch, a second look at unnamed
-job threads whose activity is not yet plain (``Agent.relook``, four times a second), the sizer
-(a resize re-layers), and the timers: the drift rescan (or, without events, the poll) and the
-status file at most once a second.
+(``keep_to_pool``), never on those a layer has to itself. A step waits for an event or for the
+earliest time one of the parts (``PARTS``: ``hostd.agent.parts.ORDER``, then the drift rescan
+and the status file) asks to be woken at, and handles, in this order: a reload (SIGHUP), a switch
+(SIGUSR1), device events (a full pass with the topology read again), thread events (an event
+pass, which re-layers first when a layer gains its first member; a lost event means a full
+pass); then each part in its order, which does its work if its time has come: the records of
+exited threads, cpuset joins, the pool's threads after a re-layer, the journal's compaction, a
+layer due to give CPUs back, the watch, a second look at unsettled job threads, the sizer, the
+layers' statistics, and the drift rescan (or, without events, the poll) or else the status file
+at most once a second.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import hostd.sidecar
 from hostd import __version__
+from hostd.agent import parts
 from hostd.agent.lock import AgentLock
 from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.host import HostError, paths
@@ -34,29 +36,10 @@ from hostd.reconcile import PassReport, restore
 
 if TYPE_CHECKING:
     from hostd.agent.core import Agent
-    from hostd.agent.layerstats import LayerStats
 
 log = logging.getLogger("hostd")
 DRIFT_COST = 100  # the drift rescan waits 100 times a full pass's cost: at most 1 % of a CPU
-JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
-JOIN_QUIET_S = 0.02  # ... and none came for this long (``join_at``)
-# A join slower than this held the host's forks and exits (a grace period, 5-16 ms on an idle
-# 2-CPU VM, is the most a join waits for on a quiet host): the next waits for a longer quiet,
-# at least a second, 4 times longer at each slow one, up to the drift rescan's minimum; each
-# quick one halves it again, a full pass (which joins all that waited) ends it (``join_backoff``)
-JOIN_SLOW_S, JOIN_BACKOFF_S, JOIN_QUIET_MAX_S = 0.05, 1.0, 60.0
-REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
-REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
-COMPACT_POLL_S = 0.001  # how often a compaction's background fsync is seen to
 GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
-COMPACT_STEP_S = 0.003  # the journal's compaction, per step, while no event waits
-CLOSE_CHUNK = 256  # exited threads whose journal records are closed per step (about 1 ms)
-# ... while events wait, only beyond this many (then a chunk a step): their records are held in
-# memory meanwhile (1.5 KB a thread; with 50,000 the agent's RSS stayed 78 MB higher after a
-# storm at 100,000 threads)
-CLOSE_HOLD = 4096
-STATS_STEP_S = 0.001  # the layers' statistics (a sample's reads), per step, while no event waits
-STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
 # Lost events mean a full pass, but at most one per OVERFLOW_GAP_S (or 10 times a full pass's
 # cost): a source that overflows the buffer again and again (one thread renaming itself in a
 # loop: four overflows a second) must not keep the agent in full passes. A read whose events
@@ -252,7 +235,7 @@ def overflowed(agent: Agent, events: list) -> bool:
 
 def full(agent: Agent, reason: str) -> None:
     gc.unfreeze()  # what the last pass kept may be garbage now
-    agent.join_quiet = JOIN_QUIET_S  # a full pass joins every thread that waited: backoff ends
+    agent.join_quiet = parts.JOIN_QUIET_S  # a full pass joins all that waited: no backoff
     agent.overflow_due = None  # it reads every thread: what was lost is found
     muted = agent.renames_muted
     if muted is not None and time.monotonic() >= muted and agent.sources.connector is not None:
@@ -265,45 +248,37 @@ def full(agent: Agent, reason: str) -> None:
         log.exception("pass failed; the journal is intact, the next pass retries")
         agent.last_full = time.monotonic()
     finally:
-        freeze(agent, collect=True)
+        parts.freeze(agent, collect=True)
 
 
-def freeze(agent: Agent, collect: bool) -> None:
-    """What the agent keeps (100k threads' objects at the goal size) goes out of the cyclic
-    collector's sight until the next full pass (``gc.freeze``): its full collections, scanning
-    all of it, held events for 18-50 ms at 20k threads. At a full pass, after one collection
-    (20-23 ms after a 0.7-0.9 s pass at 20k threads); after a re-layer and each step of its
-    redo, without (it kept 60k journal records at 20k threads, and a collection of them took
-    14-30 ms that an event would wait for): the cyclic garbage frozen with them waits for the
-    next full pass's collection."""
-    if collect:
-        gc.collect()
-    gc.freeze()
-    agent.refreeze = False
+def _rescan_wake(agent: Agent) -> float:
+    return min(next_full(agent)[0], agent.status.due)
+
+
+def _rescan(agent: Agent) -> None:
+    """The full pass when it is due (the drift rescan, the poll, lost events); else, at most
+    once a second and while no event waits, the status file, if anything in it changed."""
+    now = time.monotonic()
+    due, why = next_full(agent)
+    if now >= due:
+        full(agent, why)
+    elif now >= agent.status.due and not parts.waiting(agent):
+        if agent.status.forced or agent.counters != agent.status.counters or agent.watcher.changed:
+            agent.write_status(PassReport(), None, state="running")
+        agent.status.written = now  # nothing new: check again in a second
+
+
+PARTS = (*parts.ORDER, parts.Part("rescan", _rescan_wake, _rescan))
 
 
 def step(agent: Agent) -> None:
-    """Wait for the next event or timer, and handle it."""
-    sources = agent.sources
-    due, why = next_full(agent)
-    status_due, watch_due = agent.status.due, agent.watcher.next_due()
-    relook_due = agent.relook_at if agent.cache.unsettled and not agent.disabled else due
-    stats_due = agent.layer_stats.due if agent.layer_stats.wanted else due
-    sizing_due = agent.sizer.due if agent.sizer.wanted and not agent.disabled else due
-    inc = agent.inc
-    shrink_due = inc.shrink_due or due
-    joins_due = join_at(agent) or due
-    redo_due = redo_at(agent) or due
-    timeout = max(
-        0.0,
-        min(due, status_due, watch_due, relook_due, stats_due, sizing_due, shrink_due, joins_due)
-        - time.monotonic(),
-    )
-    if inc.backlog or agent.exited:
-        timeout = 0.0  # threads named by events wait to be read, or records to be closed
-    elif agent.journal.compacting:
-        timeout = min(timeout, COMPACT_POLL_S)  # its next step (or its fsync, looked at)
-    events_ready, devices_ready = sources.wait(max(0.0, min(timeout, redo_due - time.monotonic())))
+    """Wait for the next event or the earliest part's time, handle the events, then give each
+    part (``PARTS``, in their order) its turn."""
+    sources, inc = agent.sources, agent.inc
+    wake = min(w for part in PARTS if (w := part.wake(agent)) is not None)
+    # threads that events named wait to be read: no waiting
+    timeout = 0.0 if inc.backlog else max(0.0, wake - time.monotonic())
+    events_ready, devices_ready = sources.wait(timeout)
     if sources.stop:
         return
     if sources.reload:
@@ -334,108 +309,8 @@ def step(agent: Agent) -> None:
             return full(agent, "recovery")
         finally:
             agent.last_event = time.monotonic()
-    # The records of threads gone, first (a storm's exits: each thread's records held in
-    # memory); then a few joins at a time, once no event came for a moment (``join_at``): each
-    # holds up every fork and exit on the host. Then, after a re-layer, the pool's threads.
-    if agent.exited and (not waiting(agent) or len(agent.exited) > CLOSE_HOLD):
-        agent.close_exited(CLOSE_CHUNK)
-    deadline = time.monotonic() + JOIN_BUDGET_S
-    while ready(join_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        began = time.monotonic()
-        agent.join_cpusets(1)  # one at a time: each is timed (``join_backoff``)
-        join_backoff(agent, time.monotonic() - began)
-    deadline = time.monotonic() + REDO_BUDGET_S
-    while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        agent.redo(8)  # about a millisecond each: an event waits at most that long
-        agent.last_redo = time.monotonic()
-    if agent.refreeze:
-        freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
-    idle = not (inc.pending or inc.redo_left)
-    journal = agent.journal
-    if (journal.compacting or (idle and journal.compact_due)) and not waiting(agent):
-        began, problem = journal.compacting, journal.problem
-        if journal.compact(COMPACT_STEP_S) and began:  # a step; the next goes on
-            if journal.problem != problem:
-                log.warning("journal %s", journal.problem)
-            else:
-                log.info("journal compacted records=%d", len(journal))
-    now = time.monotonic()
-    if inc.shrink_due is not None and now >= inc.shrink_due and not agent.disabled:
-        agent.relayer("shrink", inc.why)
-    if now >= watch_due and not agent.disabled:
-        agent.watcher.run_due(now)
-    quiet = not waiting(agent)  # a relook waits for a step without events
-    if now >= relook_due and agent.cache.unsettled and not agent.disabled and quiet:
-        agent.relook()
-    sizer = agent.sizer
-    if sizer.wanted and now >= sizer.due and not agent.disabled and sizer.tick():
-        agent.relayer("resize")  # a layer's count changed
-    stats = agent.layer_stats  # no reads when nobody scrapes or records
-    sample_now = stats.wanted and now >= stats.due and not agent.disabled
-    if sample_now and (quiet or stats_overdue(stats)) and stats.sample(STATS_STEP_S):
-        agent.write_status(PassReport(), None, state="running")  # what it found, said now
-    if now >= due:
-        full(agent, why)
-    elif now >= status_due and not waiting(agent):
-        if agent.status.forced or agent.counters != agent.status.counters or agent.watcher.changed:
-            agent.write_status(PassReport(), None, state="running")
-        agent.status.written = now  # nothing new: check again in a second
-
-
-def waiting(agent: Agent) -> bool:
-    """Whether events, or threads they named, wait: other work leaves them the CPU."""
-    return bool(agent.inc.backlog) or agent.sources.events_waiting()
-
-
-def stats_overdue(stats: LayerStats) -> bool:
-    """Whether a sample has waited ``STATS_FLOOR_S`` past its due time (to begin) or its last
-    slice (to go on): in a storm that lasts, events always wait, and a sample still begins and
-    ends (1 % of a CPU)."""
-    return time.monotonic() - max(stats.due, stats.last_slice) >= STATS_FLOOR_S
-
-
-def redo_at(agent: Agent) -> float | None:
-    """When the pool's threads left by a re-layer may be worked on (None: none are left):
-    ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
-    threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
-    inc = agent.inc
-    if not inc.redo_left:
-        return None
-    return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
-
-
-def join_at(agent: Agent) -> float | None:
-    """When the waiting cpuset joins may be made (None: none waits): once the oldest is due and
-    no event came for ``agent.join_quiet`` (``JOIN_QUIET_S``; longer after a slow join). A join
-    takes the cgroup core's thread-group lock for writing: it waits for every fork and exit in
-    flight on the host, and every fork and exit waits for it. Made between the events of a storm
-    of 0.1 s threads on one crowded CPU, joins held the workload's threads in their fork or exit
-    for seconds (BENCHMARKS.md, "Cpuset joins in a storm"). A host that is never quiet this long
-    gets its joins from the drift rescan: the threads' affinity keeps them on their layer's CPUs
-    meanwhile."""
-    due = agent.inc.joins_due()
-    return None if due is None else max(due, agent.last_event + agent.join_quiet)
-
-
-def join_backoff(agent: Agent, took: float) -> None:
-    """How long the next joins wait without events, after one that took ``took`` seconds. A
-    storm's own pauses (its creators waiting for a crowded CPU) outlast ``JOIN_QUIET_S``: a join
-    made in one waited up to a second for the threads in flight, and the storm's forks and
-    exits, and the agent's events, waited for it (BENCHMARKS.md, "A slow join backs off")."""
-    quiet = agent.join_quiet
-    if took > JOIN_SLOW_S:
-        agent.join_quiet = min(max(quiet * 4, JOIN_BACKOFF_S), JOIN_QUIET_MAX_S)
-        agent.counters["slow_joins"] += 1
-        log.info(
-            "cpuset join took %.0f ms (forks and exits on the host waited for it): the next "
-            "waits for %.0f s without events", took * 1000, agent.join_quiet,
-        )  # fmt: skip
-    else:
-        agent.join_quiet = max(quiet / 2, JOIN_QUIET_S)
-
-
-def ready(due: float | None) -> bool:
-    return due is not None and due <= time.monotonic()
+    for part in PARTS:
+        part.run(agent)
 
 
 def finish(agent: Agent) -> None:

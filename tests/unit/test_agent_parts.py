@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hostd.agent import Agent, incremental, loop
+from hostd.agent import Agent, incremental, loop, parts
 from hostd.agent.events import Batch
 from hostd.host import Host, HostError
 from hostd.host.connector import Event, Overflow
@@ -453,12 +453,12 @@ def test_the_records_of_exited_threads_are_closed_when_no_event_waits(agent, mon
     assert len(agent.exited) == len(rank) == 12
     agent.sources.connector = _Connector([])
     agent.sources.kind = "events"
-    monkeypatch.setattr(loop, "CLOSE_CHUNK", 5)
+    monkeypatch.setattr(parts, "CLOSE_CHUNK", 5)
     busy = [True]
-    monkeypatch.setattr(loop, "waiting", lambda agent: busy[0])
+    monkeypatch.setattr(parts, "waiting", lambda agent: busy[0])
     loop.step(agent)
     assert len(agent.exited) == 12  # events wait: not now
-    monkeypatch.setattr(loop, "CLOSE_HOLD", 10)
+    monkeypatch.setattr(parts, "CLOSE_HOLD", 10)
     loop.step(agent)
     assert len(agent.exited) == 7  # too many wait: a chunk
     busy[0] = False
@@ -477,18 +477,18 @@ def test_cpuset_joins_wait_for_a_moment_without_events(agent, monkeypatch):
     agent.pass_once()
     joined = []
     monkeypatch.setattr(agent, "join_cpusets", lambda _: joined.append(agent.inc.pending.popitem()))
-    monkeypatch.setattr(loop, "waiting", lambda agent: False)  # no event waits between steps
+    monkeypatch.setattr(parts, "waiting", lambda agent: False)  # no event waits between steps
     agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, time.monotonic() - 1.0)  # due
     agent.sources.kind = "events"
     agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
     loop.step(agent)  # an event came: the join waits
     assert agent.counters["event_passes"] == 1
-    assert not joined and loop.join_at(agent) == agent.last_event + loop.JOIN_QUIET_S
+    assert not joined and parts.join_at(agent) == agent.last_event + parts.JOIN_QUIET_S
     agent.sources.connector.close()
     agent.sources.connector = None  # no more events: the loop wakes for the join, and makes it
     loop.step(agent)
     assert [key for key, _ in joined] == [(4300, 1)]
-    assert loop.join_at(agent) is None
+    assert parts.join_at(agent) is None
 
 
 def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkeypatch, caplog):
@@ -500,42 +500,42 @@ def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkey
     agent.pass_once()
     joined = []
     monkeypatch.setattr(agent, "join_cpusets", lambda n: joined.append(agent.inc.pending.popitem()))
-    monkeypatch.setattr(loop, "waiting", lambda agent: False)
-    monkeypatch.setattr(loop, "JOIN_SLOW_S", -1.0)  # every join is slow
+    monkeypatch.setattr(parts, "waiting", lambda agent: False)
+    monkeypatch.setattr(parts, "JOIN_SLOW_S", -1.0)  # every join is slow
     due = time.monotonic() - 2.0
     agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, due)
     with caplog.at_level(logging.INFO, logger="hostd"):
         loop.step(agent)  # no event yet: made, and slow
     assert [key for key, _ in joined] == [(4300, 1)]
-    assert agent.join_quiet == loop.JOIN_BACKOFF_S and agent.counters["slow_joins"] == 1
+    assert agent.join_quiet == parts.JOIN_BACKOFF_S and agent.counters["slow_joins"] == 1
     assert "the next waits for 1 s without events" in caplog.text
     agent.inc.pending[(4301, 1)] = ("/hostd/trainer", None, due)
     agent.sources.kind = "events"
     agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
     loop.step(agent)  # an event: the next join waits a second from it, not 20 ms
     assert len(joined) == 1
-    assert loop.join_at(agent) == agent.last_event + loop.JOIN_BACKOFF_S
+    assert parts.join_at(agent) == agent.last_event + parts.JOIN_BACKOFF_S
     agent.sources.connector.close()
     agent.sources.connector = None
-    monkeypatch.setattr(loop, "JOIN_SLOW_S", 1e9)  # quick from now on
-    agent.last_event -= loop.JOIN_BACKOFF_S  # a second went by without events
+    monkeypatch.setattr(parts, "JOIN_SLOW_S", 1e9)  # quick from now on
+    agent.last_event -= parts.JOIN_BACKOFF_S  # a second went by without events
     loop.step(agent)
     assert [key for key, _ in joined] == [(4300, 1), (4301, 1)]
-    assert agent.join_quiet == loop.JOIN_BACKOFF_S / 2
+    assert agent.join_quiet == parts.JOIN_BACKOFF_S / 2
 
 
 def test_slow_joins_back_off_up_to_a_minute_until_quick_ones_or_a_full_pass(agent):
     seen = []
     for took in (0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.001):
-        loop.join_backoff(agent, took)
+        parts.join_backoff(agent, took)
         seen.append(agent.join_quiet)
     assert seen == [1.0, 4.0, 16.0, 60.0, 60.0, 30.0, 15.0, 7.5]
     for _ in range(20):
-        loop.join_backoff(agent, 0.001)
-    assert agent.join_quiet == loop.JOIN_QUIET_S
-    loop.join_backoff(agent, 0.1)
+        parts.join_backoff(agent, 0.001)
+    assert agent.join_quiet == parts.JOIN_QUIET_S
+    parts.join_backoff(agent, 0.1)
     loop.full(agent, "drift")  # a full pass joins all that waited: the backoff ends with it
-    assert agent.join_quiet == loop.JOIN_QUIET_S
+    assert agent.join_quiet == parts.JOIN_QUIET_S
 
 
 @pytest.mark.parametrize(

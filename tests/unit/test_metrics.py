@@ -315,7 +315,7 @@ def test_layer_preemptions_and_cpu_pressure(tmp_path):
 def test_a_storm_that_lasts_still_gets_its_statistics_sampled(tmp_path, monkeypatch):
     """While events wait the loop samples only once a sample is ``STATS_FLOOR_S`` late: to
     begin (past its due time) and to go on (past its last slice)."""
-    from hostd.agent import loop
+    from hostd.agent import parts
 
     tree = host_copy(tmp_path)
     agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
@@ -324,13 +324,13 @@ def test_a_storm_that_lasts_still_gets_its_statistics_sampled(tmp_path, monkeypa
         agent.pass_once()
         stats, now = agent.layer_stats, time.monotonic()
         stats.due = now  # due just now: not late yet
-        assert not loop.stats_overdue(stats)
-        stats.due = now - 2 * loop.STATS_FLOOR_S
-        assert loop.stats_overdue(stats)  # a sample to begin, late
+        assert not parts.stats_overdue(stats)
+        stats.due = now - 2 * parts.STATS_FLOOR_S
+        assert parts.stats_overdue(stats)  # a sample to begin, late
         assert stats.sample(0.0) is False and stats.sampling
-        assert not loop.stats_overdue(stats)  # a slice just ran
-        stats.last_slice -= 2 * loop.STATS_FLOOR_S
-        assert loop.stats_overdue(stats)  # the next slice, late
+        assert not parts.stats_overdue(stats)  # a slice just ran
+        stats.last_slice -= 2 * parts.STATS_FLOOR_S
+        assert parts.stats_overdue(stats)  # the next slice, late
     finally:
         agent.journal.close()
         agent.status.close()
