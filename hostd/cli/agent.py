@@ -34,6 +34,7 @@ from hostd.cli.common import (
     fail,
     get_host,
     out,
+    policy_file,
     print_json,
     show,
     styled,
@@ -104,6 +105,7 @@ def run(
             sidecar_scope(Host())  # it can tell its pod's tasks, or says why not
         except SidecarError as exc:
             fail(str(exc), EXIT_FAILURE)
+    policy = policy_file(policy)  # an installed policy's name: its file
     try:
         agent = Agent(
             Host(),

@@ -20,15 +20,23 @@ from rich.table import Table
 from rich.text import Text
 
 from hostd.host import Host, paths
-from hostd.policy import Policy, PolicyError, did_you_mean, load_default, load_policy
+from hostd.policy import (
+    Policy,
+    PolicyError,
+    did_you_mean,
+    installed_policies,
+    load_default,
+    load_policy,
+)
 from hostd.snapshot import Snapshot, take
 from hostd.tasks import descendants
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_PARTIAL = 0, 1, 2, 3
 
 PolicyOpt = typer.Option(
-    None, "--policy", "-p", help="Policy file (default: the embedded training policy)."
-)
+    None, "--policy", "-p",
+    help="A policy file or an installed policy's name, hostd policy list (default: training).",
+)  # fmt: skip
 RootOpt = typer.Option(
     "/", "--root", help="Read /proc and /sys below this folder (a captured fixture tree)."
 )
@@ -117,9 +125,30 @@ def cpu_list(cpus: object) -> list[int]:
     return sorted(cpus)  # type: ignore[call-overload]
 
 
+def policy_file(policy: str | None) -> str | None:
+    """The file of ``--policy``: an installed policy's name (``hostd policy list``) or a file,
+    an existing file winning; None: the embedded default. A name that is neither exits 2,
+    naming the installed ones."""
+    if policy is None:
+        return None
+    installed = installed_policies()
+    if policy in installed and not os.path.isfile(policy):
+        return str(installed[policy])
+    if not os.path.exists(policy) and os.sep not in policy and not policy.endswith(".toml"):
+        hint = did_you_mean(policy, list(installed))
+        fail(
+            f"{policy}: expected a policy file or an installed policy's name "
+            f"({', '.join(installed)})" + (f" (did you mean {hint}?)" if hint else "")
+        )
+    return policy
+
+
 def get_policy(path: str | None) -> Policy:
+    """``--policy`` loaded (``policy_file``); a bad one exits 2 saying why, its warnings on
+    stderr."""
     try:
-        policy = load_default() if path is None else load_policy(path)
+        file = policy_file(path)
+        policy = load_default() if file is None else load_policy(file)
     except PolicyError as exc:
         fail(str(exc))
     for warning in policy.warnings:

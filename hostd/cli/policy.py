@@ -28,7 +28,6 @@ from hostd.policy import (
     Policy,
     PolicyError,
     default_policy_bytes,
-    did_you_mean,
     installed_policies,
     load_policy,
     parse_policy,
@@ -107,27 +106,6 @@ def list_(as_json: bool = JsonOpt) -> None:
         )
 
 
-def _named(policy: str) -> Policy:
-    """A policy by path (an existing file wins) or by an installed policy's name."""
-    installed = installed_policies()
-    if policy in installed and not os.path.isfile(policy):
-        file = installed[policy]
-        try:
-            p = parse_policy(file.read_bytes(), str(file))
-        except (OSError, PolicyError) as exc:
-            fail(str(exc))
-        for warning in p.warnings:
-            sys.stderr.write(f"hostd: warning: {warning}\n")
-        return p
-    if not os.path.exists(policy) and os.sep not in policy and not policy.endswith(".toml"):
-        hint = did_you_mean(policy, list(installed))
-        fail(
-            f"{policy}: expected a policy file or an installed policy's name "
-            f"({', '.join(installed)})" + (f" (did you mean {hint}?)" if hint else "")
-        )
-    return get_policy(policy)
-
-
 @app.command()
 def show(
     name: str = typer.Argument(
@@ -147,7 +125,7 @@ def show(
     if policy is None and not as_json:
         sys.stdout.write(default_policy_bytes().decode())
         return
-    p = get_policy(None) if policy is None else _named(policy)
+    p = get_policy(policy)
     values = effective(p)
     if as_json:
         print_json({"source": p.source, "sha256": p.sha256, "warnings": list(p.warnings),

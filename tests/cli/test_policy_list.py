@@ -84,3 +84,24 @@ def subprocess_in(cwd, *args: str):
     proc = subprocess.run([HOSTD, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def test_every_command_takes_an_installed_policys_name():
+    """``--policy NAME`` is the installed policy for plan, classify, explain and run too."""
+    assert hostd("plan", "--policy", "gentle").stdout.startswith("policy gentle ")
+    doc = json.loads(hostd("classify", "--policy", "inference", "--json").stdout)
+    assert doc["policy"] == "inference", doc.keys()
+    proc = hostd("plan", "--policy", "gentl", check=False)
+    assert proc.returncode == 2 and '(did you mean "gentle"?)' in proc.stderr, proc.stderr
+
+
+def test_run_takes_an_installed_policys_name(tmp_path):
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("hostd run needs root")
+    proc = hostd("run", "--once", "--mode", "observe", "--policy", "gentle",
+                 "--state-dir", str(tmp_path / "state"), "--run-dir", str(tmp_path / "run"),
+                 check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"policy={REPO / 'hostd' / 'policy' / 'gentle.toml'}" in proc.stderr, proc.stderr
