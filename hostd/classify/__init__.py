@@ -108,8 +108,15 @@ class Explanation:
     group: int  # index of the AND-group that matched in ``layer``
     layers: tuple[LayerResult, ...]  # the layers tried, in order, ending with the winner
 
-    def lines(self) -> list[str]:
+    def lines(self, groups: bool = True) -> list[str]:
+        """A line per layer up to the one that matched; ``groups``: under each that did not,
+        each AND-group and the predicate that failed it (else the layers that did not match
+        in one line)."""
         out = []
+        if not groups:
+            missed = [r.layer for r in self.layers if not r.matched and not r.skipped]
+            if missed:
+                out.append(f"layers before it, no match: {', '.join(missed)} (--why-not: why)")
         for res in self.layers:
             if res.skipped:
                 out.append(f"layer {res.layer!r}: skipped: {res.skipped}")
@@ -117,6 +124,8 @@ class Explanation:
             if res.matched:
                 group = next(g for g in res.groups if g.matched)
                 out.append(f"layer {res.layer!r}: MATCHED by group {group.index}")
+                continue
+            if not groups:
                 continue
             out.append(f"layer {res.layer!r}: no match")
             for g in res.groups:

@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 import hostd.preempt
-from hostd.agent import DEFAULT_RUN_DIR, agent_pid, read_status
+from hostd import knobkinds
+from hostd.agent import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, agent_pid, read_status
 from hostd.classify import Classified
 from hostd.cli.common import (
     JsonOpt,
@@ -29,6 +30,8 @@ from hostd.cli.common import (
     snapshot,
     styled,
 )
+from hostd.host import HostError
+from hostd.journal import JOURNAL_NAME, Journal, JournalError, read_boot_id
 from hostd.model.node import KINDS as NODE_KINDS
 
 
@@ -123,14 +126,25 @@ def explain(
     run_dir: str = typer.Option(
         DEFAULT_RUN_DIR, "--run-dir", help="The running agent's folder (what it demoted, boosted)."
     ),
+    state_dir: str = typer.Option(
+        DEFAULT_STATE_DIR,
+        "--state-dir",
+        envvar="HOSTD_STATE_DIR",
+        help="The agent's journal: what hostd holds changed on the thread, and its originals.",
+    ),
+    why_not: bool = typer.Option(
+        False, "--why-not", help="Also each AND-group of the layers before it, and what failed."
+    ),
 ) -> None:
-    """Say which AND-group of which layer matched a thread, and why earlier layers did not."""
+    """Say what hostd holds changed on a thread now, which layer and AND-group matched it, and
+    (--why-not) why the layers before it did not."""
     snap = snapshot(policy, root)
     task = next((t for t in snap.tasks if t.tid == tid), None)
     if task is None:
         fail(f"thread {tid}: no such thread on this host (it may have exited)")
     ex = snap.classifier.explain(task)
     preempt_lines = _preempt(snap, task, ex.layer, run_dir)
+    held, unheld = _held(snap.host, task, state_dir)
     if as_json:
         print_json(
             {
@@ -154,6 +168,7 @@ def explain(
                     for r in ex.layers
                 ],
                 "preempt": preempt_lines,
+                "held": held,
                 "job": task.job_line(),
                 "node": {"kind": task.process.node.kind, "line": task.process.node.line()},
             }
@@ -167,12 +182,22 @@ def explain(
     job = task.job_line()
     out.print(f"job: {job}" if job else "job: none (no launcher, Slurm step or job environment)")
     out.print(f"on the node: {p.node.line()} ({NODE_KINDS[p.node.kind]})")
+    if held is None:
+        out.print(f"hostd now: {unheld}")
+    elif not held:
+        out.print("hostd now: holds nothing changed on this thread")
+    for h in held or []:
+        now, before = _shown(h["current"]), _shown(h["original"])
+        line = f"hostd now: {h['what']} {now} (before hostd: {before})"
+        if h["changed_since"]:
+            line += f"; changed since by someone else (hostd wrote {_shown(h['wrote'])})"
+        out.print(line)
     layer = snap.policy.layer(ex.layer)
     group = layer.match[ex.group]
     why = " and ".join(pr.describe() for pr in group) or "the catch-all (matches every thread)"
     out.print(styled("-> layer ", (ex.layer, "bold"), f", group {ex.group}: {why}"))
     out.print(f"   ({layer.comment})")
-    for line in ex.lines():
+    for line in ex.lines(groups=why_not):
         out.print("   " + line)
     if task.is_kthread and not any(
         pr.name == "is_kthread" and pr.value is True and not pr.negate for pr in group
@@ -183,6 +208,46 @@ def explain(
         )
     for line in preempt_lines:
         out.print("   " + line)
+
+
+def _held(host, task, state_dir: str) -> tuple[list[dict] | None, str]:
+    """What the agent's journal holds changed on this thread (its task keys, its session's weight
+    where it leads one): each knob's noun, its original, its value now, the last value hostd
+    wrote and whether someone else changed it since; or None and why not (no journal there, one
+    this user cannot read, a fixture tree)."""
+    if not host.live:
+        return None, "not known for a captured tree (--root)"
+    if os.path.isdir(state_dir) and not os.access(state_dir, os.R_OK | os.X_OK):
+        return None, f"{state_dir} is not readable as uid {os.geteuid()} (root's is)"
+    if not os.path.isfile(os.path.join(state_dir, JOURNAL_NAME)):
+        return None, f"no journal in {state_dir} (no agent has changed this host)"
+    try:
+        journal = Journal(state_dir, read_boot_id(host))
+    except JournalError as exc:
+        return None, str(exc)
+    prefix = f"task/{task.tid}@{task.start_time}/"
+    held = []
+    for key, rec in journal.records.items():
+        if not key.startswith(prefix):
+            continue
+        spec = knobkinds.spec_of(key)
+        try:
+            current = spec.read(host, key)
+        except HostError:
+            current = None
+        wrote = rec.wrote[-1] if rec.wrote else None
+        held.append({
+            "key": key, "kind": spec.kind, "what": spec.noun, "original": rec.orig,
+            "current": current, "wrote": wrote,
+            "changed_since": wrote is not None and current is not None and current != wrote,
+        })  # fmt: skip
+    return held, ""
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return "?" if value is None else str(value)
 
 
 def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:

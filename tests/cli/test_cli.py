@@ -79,8 +79,11 @@ def test_classify_explain_and_plan_a_live_training_job():
             assert "-> layer trainer, group 1" in text
             assert "job_role = 'rank'" in text
             assert f"job: rank 0 of job torchrun {job.launcher} " in text
-            # Earlier layers say why they did not match, with the thread's own value.
-            assert "comm is" in text
+            # Earlier layers are named; asked, each says why it did not match, with the
+            # thread's own value.
+            assert "layers before it, no match: comms, data, helpers (--why-not: why)" in text
+            assert "comm is" not in text
+            assert "comm is" in hostd("explain", rank, "--why-not").stdout
         ex = json.loads(hostd("explain", rank, "--json").stdout)
         assert ex["thread"]["parent_comm"] == "pt_elastic"
         assert ex["layers"][-1]["matched"] is True
@@ -105,6 +108,40 @@ def test_classify_unknown_layer_is_bad_input():
     assert "--layer 'nope'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     typo = hostd("stats", "--layer", "trainr", "--interval", "0.1", check=False)
     assert typo.returncode == 2 and '(did you mean "trainer"?)' in typo.stderr
+
+
+def test_explain_leads_with_what_hostd_holds_changed_on_the_thread(tmp_path):
+    """From the journal: each knob hostd holds changed on the thread, its original and its value
+    now, and whether someone else changed it since hostd wrote it."""
+    from hostd.host import Host
+    from hostd.journal import Journal, read_boot_id
+
+    none = hostd("explain", str(os.getpid()), "--state-dir", str(tmp_path)).stdout
+    assert f"hostd now: no journal in {tmp_path} (no agent has changed this host)" in none
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        host = Host("/")
+        key = f"task/{proc.pid}@{host.start_time(proc.pid)}/nice"
+        journal = Journal(tmp_path, read_boot_id(host))
+        journal.record([(key, 0)], wrote=[(key, 5)])
+        journal.close()
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 5)
+        text = hostd("explain", str(proc.pid), "--state-dir", str(tmp_path)).stdout
+        assert "hostd now: thread nice 5 (before hostd: 0)\n" in text, text
+        assert text.index("hostd now:") < text.index("-> layer")
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 7)
+        doc = json.loads(hostd("explain", str(proc.pid), "--state-dir", str(tmp_path),
+                               "--json").stdout)  # fmt: skip
+        assert doc["held"] == [{"key": key, "kind": "nice", "what": "thread nice", "original": 0,
+                                "current": 7, "wrote": 5, "changed_since": True}]  # fmt: skip
+        text = hostd("explain", str(proc.pid), "--state-dir", str(tmp_path)).stdout
+        said = "thread nice 7 (before hostd: 0); changed since by someone else (hostd wrote 5)"
+        assert said in text, text
+        other = hostd("explain", str(os.getpid()), "--state-dir", str(tmp_path)).stdout
+        assert "hostd now: holds nothing changed on this thread" in other
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_explain_unknown_thread_is_bad_input():
