@@ -422,6 +422,14 @@ def _restore_order(keys: list[str]) -> list[str]:
 
 
 LEFT = "changed by someone else since hostd wrote it: left as is"
+
+
+def changed_since(current: object, wrote: tuple | None) -> bool:
+    """Whether a knob's value is none hostd wrote to it (``Record.wrote``): someone else changed
+    it since, and a restore leaves it (unknown, None or (): never said)."""
+    return bool(wrote) and not any(same(current, value) for value in wrote or ())
+
+
 DONE = ("restored", "left", "gone")  # the outcomes of a record that is closed
 
 
@@ -443,7 +451,7 @@ def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
             wrote = None if record is None else record.wrote
             if same(current, orig):
                 results.append(Result(key, "restored", orig, "already at its original"))
-            elif wrote and not any(same(current, value) for value in wrote):
+            elif changed_since(current, wrote):
                 results.append(Result(key, "left", current, LEFT))
             else:
                 knobkinds.write(host, key, orig)

@@ -10,6 +10,7 @@ import typer
 
 from hostd import __version__
 from hostd.cli import agent as agent_cmd
+from hostd.cli import changes as changes_cmd
 from hostd.cli import classify as classify_cmd
 from hostd.cli import demo as demo_cmd
 from hostd.cli import manual as manual_cmd
@@ -52,6 +53,7 @@ app.add_typer(policy_cmd.app, name="policy")
 app.command("run")(agent_cmd.run)
 app.command("restore")(agent_cmd.restore)
 app.command("status")(agent_cmd.status)
+app.command("changes")(changes_cmd.changes)
 app.command("enable")(agent_cmd.enable)
 app.command("disable")(agent_cmd.disable)
 app.command("doctor")(agent_cmd.doctor)

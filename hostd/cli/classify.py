@@ -12,7 +12,6 @@ import typer
 from rich.table import Table
 
 import hostd.preempt
-from hostd import knobkinds
 from hostd.agent import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, agent_pid, read_status
 from hostd.classify import Classified
 from hostd.cli.common import (
@@ -30,8 +29,7 @@ from hostd.cli.common import (
     snapshot,
     styled,
 )
-from hostd.host import HostError
-from hostd.journal import JOURNAL_NAME, Journal, JournalError, read_boot_id
+from hostd.held import STATES, held, open_journal, shown
 from hostd.model.node import KINDS as NODE_KINDS
 
 
@@ -187,10 +185,10 @@ def explain(
     elif not held:
         out.print("hostd now: holds nothing changed on this thread")
     for h in held or []:
-        now, before = _shown(h["current"]), _shown(h["original"])
+        now, before = shown(h["kind"], h["current"]), shown(h["kind"], h["original"])
         line = f"hostd now: {h['what']} {now} (before hostd: {before})"
-        if h["changed_since"]:
-            line += f"; changed since by someone else (hostd wrote {_shown(h['wrote'])})"
+        if h["state"] != "held":
+            line += f"; {STATES[h['state']]}"
         out.print(line)
     layer = snap.policy.layer(ex.layer)
     group = layer.match[ex.group]
@@ -211,43 +209,12 @@ def explain(
 
 
 def _held(host, task, state_dir: str) -> tuple[list[dict] | None, str]:
-    """What the agent's journal holds changed on this thread (its task keys, its session's weight
-    where it leads one): each knob's noun, its original, its value now, the last value hostd
-    wrote and whether someone else changed it since; or None and why not (no journal there, one
-    this user cannot read, a fixture tree)."""
-    if not host.live:
-        return None, "not known for a captured tree (--root)"
-    if os.path.isdir(state_dir) and not os.access(state_dir, os.R_OK | os.X_OK):
-        return None, f"{state_dir} is not readable as uid {os.geteuid()} (root's is)"
-    if not os.path.isfile(os.path.join(state_dir, JOURNAL_NAME)):
-        return None, f"no journal in {state_dir} (no agent has changed this host)"
-    try:
-        journal = Journal(state_dir, read_boot_id(host))
-    except JournalError as exc:
-        return None, str(exc)
-    prefix = f"task/{task.tid}@{task.start_time}/"
-    held = []
-    for key, rec in journal.records.items():
-        if not key.startswith(prefix):
-            continue
-        spec = knobkinds.spec_of(key)
-        try:
-            current = spec.read(host, key)
-        except HostError:
-            current = None
-        wrote = rec.wrote[-1] if rec.wrote else None
-        held.append({
-            "key": key, "kind": spec.kind, "what": spec.noun, "original": rec.orig,
-            "current": current, "wrote": wrote,
-            "changed_since": wrote is not None and current is not None and current != wrote,
-        })  # fmt: skip
-    return held, ""
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, list):
-        return " ".join(str(v) for v in value)
-    return "?" if value is None else str(value)
+    """What the agent's journal holds changed on this thread (its task keys; its session's
+    weight where it leads one), or None and why not."""
+    journal, why = open_journal(host, state_dir)
+    if journal is None:
+        return None, why
+    return [h.as_json() for h in held(host, journal, f"task/{task.tid}@{task.start_time}/")], ""
 
 
 def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:

@@ -110,14 +110,16 @@ def test_classify_unknown_layer_is_bad_input():
     assert typo.returncode == 2 and '(did you mean "trainer"?)' in typo.stderr
 
 
-def test_explain_leads_with_what_hostd_holds_changed_on_the_thread(tmp_path):
-    """From the journal: each knob hostd holds changed on the thread, its original and its value
-    now, and whether someone else changed it since hostd wrote it."""
+def test_explain_and_changes_say_what_hostd_holds_changed(tmp_path):
+    """From the journal: each knob hostd holds changed, its original and its value now, and
+    whether someone else changed it since hostd wrote it (then ``hostd changes`` exits 4)."""
     from hostd.host import Host
     from hostd.journal import Journal, read_boot_id
 
-    none = hostd("explain", str(os.getpid()), "--state-dir", str(tmp_path)).stdout
+    state = ("--state-dir", str(tmp_path))
+    none = hostd("explain", str(os.getpid()), *state).stdout
     assert f"hostd now: no journal in {tmp_path} (no agent has changed this host)" in none
+    assert hostd("changes", *state).stdout.startswith("hostd holds nothing changed: no journal")
     proc = subprocess.Popen(["sleep", "60"])
     try:
         host = Host("/")
@@ -126,22 +128,29 @@ def test_explain_leads_with_what_hostd_holds_changed_on_the_thread(tmp_path):
         journal.record([(key, 0)], wrote=[(key, 5)])
         journal.close()
         os.setpriority(os.PRIO_PROCESS, proc.pid, 5)
-        text = hostd("explain", str(proc.pid), "--state-dir", str(tmp_path)).stdout
+        text = hostd("explain", str(proc.pid), *state).stdout
         assert "hostd now: thread nice 5 (before hostd: 0)\n" in text, text
         assert text.index("hostd now:") < text.index("-> layer")
-        os.setpriority(os.PRIO_PROCESS, proc.pid, 7)
-        doc = json.loads(hostd("explain", str(proc.pid), "--state-dir", str(tmp_path),
-                               "--json").stdout)  # fmt: skip
-        assert doc["held"] == [{"key": key, "kind": "nice", "what": "thread nice", "original": 0,
-                                "current": 7, "wrote": 5, "changed_since": True}]  # fmt: skip
-        text = hostd("explain", str(proc.pid), "--state-dir", str(tmp_path)).stdout
-        said = "thread nice 7 (before hostd: 0); changed since by someone else (hostd wrote 5)"
-        assert said in text, text
-        other = hostd("explain", str(os.getpid()), "--state-dir", str(tmp_path)).stdout
+        listed = hostd("changes", *state).stdout.splitlines()
+        assert listed[0] == "# hostd holds 1 knobs changed: 1 as hostd wrote it"
+        assert listed[2].split("\t") == ["thread nice", key, "0", "5", "held"]
+        os.setpriority(os.PRIO_PROCESS, proc.pid, 7)  # someone else
+        doc = json.loads(hostd("explain", str(proc.pid), *state, "--json").stdout)
+        knob = {"key": key, "kind": "nice", "what": "thread nice", "original": 0, "current": 7,
+                "wrote": [5], "state": "changed"}  # fmt: skip
+        assert doc["held"] == [knob]
+        text = hostd("explain", str(proc.pid), *state).stdout
+        assert "thread nice 7 (before hostd: 0); changed by someone else since hostd" in text
+        changed = hostd("changes", *state, "--json", check=False)
+        assert changed.returncode == 4
+        assert json.loads(changed.stdout)["knobs"] == [knob]
+        other = hostd("explain", str(os.getpid()), *state).stdout
         assert "hostd now: holds nothing changed on this thread" in other
     finally:
         proc.kill()
         proc.wait()
+    gone = json.loads(hostd("changes", *state, "--json").stdout)
+    assert gone["counts"] == {"gone": 1} and gone["knobs"][0]["current"] is None
 
 
 def test_explain_unknown_thread_is_bad_input():

@@ -100,3 +100,19 @@ def test_the_status_document_of_a_running_agent(tmp_path):
     doc.update(schema=1, running=True, disabled=False, agent_state="running")
     jsonschema.validate(doc, schema("status"), cls=jsonschema.Draft202012Validator)
     assert doc["layers"] and isinstance(doc["layers"][0]["cpus"], list)
+
+
+def test_changes_and_explain_with_a_journal(tmp_path):
+    from hostd.host import Host
+    from hostd.journal import Journal, read_boot_id
+
+    assert valid("changes", "changes", "--state-dir", str(tmp_path))["journal"] is False
+    host, me = Host("/"), os.getpid()
+    key = f"task/{me}@{host.start_time(me)}/nice"
+    journal = Journal(tmp_path, read_boot_id(host))
+    journal.record([(key, os.getpriority(os.PRIO_PROCESS, me))])
+    journal.close()
+    doc = valid("changes", "changes", "--state-dir", str(tmp_path))
+    assert [k["key"] for k in doc["knobs"]] == [key] and doc["knobs"][0]["state"] == "original"
+    held = valid("explain", "explain", str(me), "--state-dir", str(tmp_path))["held"]
+    assert held == doc["knobs"]

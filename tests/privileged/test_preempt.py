@@ -291,13 +291,23 @@ def test_a_busy_session_is_demoted_while_the_job_runs_and_sigterm_restores(tmp_p
             status = hostd("status", "--run-dir", str(agent.run)).stdout
             assert f"session {box.pids['busy']} demoted" in status
             explained = hostd("explain", str(box.pids["busy"]), "--policy", str(POLICY),
-                              "--run-dir", str(agent.run)).stdout  # fmt: skip
+                              "--run-dir", str(agent.run),
+                              "--state-dir", str(agent.state)).stdout  # fmt: skip
             assert "DEMOTED" in explained
+            said = "hostd now: thread scheduling policy idle (before hostd: other)\n"
+            assert said in explained, explained
+            # what hostd holds changed, from the agent's own journal: the demoted threads, held
+            held = json.loads(hostd("changes", "--state-dir", str(agent.state), "--json").stdout)
+            sched = {k["key"]: k for k in held["knobs"] if k["kind"] == "sched"}
+            key = next(k for k in sched if k.startswith(f"task/{box.pids['busy']}@"))
+            assert sched[key]["state"] == "held" and sched[key]["current"][0] == "idle"
         finally:
             log = agent.stop()
         assert agent.proc.returncode == 0, log
         _back_as_before(box, before, born)
         assert "preempt demote session=" in log and "Traceback" not in log
+        after = json.loads(hostd("changes", "--state-dir", str(agent.state), "--json").stdout)
+        assert after["knobs"] == []  # everything restored: the journal holds nothing
         assert f"preempt home session={box.pids['busy']} moved=2" in log
         assert not (agent.state / "journal.jsonl").exists()
         assert not HOME.exists()  # emptied into the root (the born child too) and removed
