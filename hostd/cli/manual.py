@@ -60,6 +60,8 @@ EXAMPLES = (
     ("sudo hostd run --policy /etc/hostd/policy.toml", "The agent with a policy file; Ctrl-C "
                                                        "restores."),
     ("hostd status", "Whether the agent runs, its mode, policy, layers and last pass."),
+    ("sudo hostd changes", "Every knob hostd holds changed: before hostd, now, and which "
+                           "someone else changed since."),
     ("sudo hostd restore", "Put back every knob hostd changed (after a crash)."),
     ("hostd policy list", "The installed policies, which one is the default, where each lives."),
     ("hostd policy show gentle", "Every effective value of an installed policy."),
