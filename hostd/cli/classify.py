@@ -62,9 +62,14 @@ def classify(
     tid: list[int] = TidOpt,
     layer: list[str] = LayerOpt,
     members: bool = typer.Option(False, "--members", "-m", help="List each thread."),
+    wide: bool = typer.Option(
+        False, "--wide", "-w", help="Whole comments and cgroups (else one line each, cut)."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Sort every thread into the policy's layers: counts per layer, or each member."""
+    """Sort every thread into the policy's layers: counts per layer, or each member. On a
+    terminal a row is one line (an 80-column one too), its long cells cut; --wide: whole."""
+    whole = wide or not out.is_terminal  # piped: every cell whole, for grep
     snap = snapshot(policy, root)
     known = [ly.name for ly in snap.policy.layers]
     chosen = Selection(snap.host, snap.policy, pid, tid, layer)
@@ -84,8 +89,13 @@ def classify(
     for c in items:
         procs.setdefault(c.layer, set()).add(c.task.pid)
     table = Table(title=f"policy {snap.policy.name}: {len(items)} threads", title_justify="left")
-    for col in ("layer", "threads", "processes", "kind", "comment"):
-        table.add_column(col)
+    named = max(len(ly.name) for ly in snap.policy.layers)
+    table.add_column("layer", no_wrap=True, min_width=named)
+    table.add_column("threads", no_wrap=True, min_width=7, justify="right")
+    table.add_column("processes", no_wrap=True, min_width=9, justify="right")
+    table.add_column("kind", no_wrap=True, min_width=8)
+    table.add_column("comment", no_wrap=not whole)
+    room = out.width - (named + 7 + 9 + 8) - 3 * 5 - 1  # what the borders and the rest leave
     for ly in snap.policy.layers:
         if layer and ly.name not in layer:
             continue
@@ -94,25 +104,30 @@ def classify(
             str(counts.get(ly.name, 0)),
             str(len(procs.get(ly.name, ()))),
             ly.kind,
-            ly.comment,
+            ly.comment if whole else _cut(ly.comment, room),
         )
     show(table)
     if members:
+        # 80 columns: tid, pid, comm (15 at most), layer, group and the cgroup, cut; --wide (or
+        # piped): the process's leader and parent too, and every cell whole
         mt = Table(title_justify="left")
-        for col in ("tid", "pid", "comm", "leader", "parent", "layer", "group", "cgroup"):
-            mt.add_column(col)
+        for col, width in (("tid", 7), ("pid", 7), ("comm", 15)):
+            mt.add_column(col, no_wrap=True, min_width=width)
+        if whole:
+            mt.add_column("leader")
+            mt.add_column("parent")
+        mt.add_column("layer", no_wrap=True, min_width=named)
+        mt.add_column("group", no_wrap=True, min_width=5, justify="right")
+        mt.add_column("cgroup", no_wrap=not whole)
+        room = out.width - (7 + 7 + 15 + named + 5) - 3 * 6 - 1
         for c in items:
             t = c.task
-            mt.add_row(
-                str(t.tid),
-                str(t.pid),
-                t.comm,
-                t.process.comm,
-                t.process.parent_comm,
-                c.layer,
-                str(c.group),
-                t.process.cgroup,
-            )
+            if whole:
+                row = [str(t.tid), str(t.pid), t.comm, t.process.comm, t.process.parent_comm]
+                mt.add_row(*row, c.layer, str(c.group), t.process.cgroup)
+            else:
+                mt.add_row(str(t.tid), str(t.pid), _cut(t.comm, 15), c.layer, str(c.group),
+                           _cut(t.process.cgroup, room, left=True))  # fmt: skip
         show(mt)
 
 
@@ -206,6 +221,16 @@ def explain(
         )
     for line in preempt_lines:
         out.print("   " + line)
+
+
+def _cut(text: str, width: int, left: bool = False) -> str:
+    """``text`` in ``width`` cells at most, an ellipsis where it was cut (``left``: its end
+    kept, as a cgroup path's last part says the most)."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return text[:width]
+    return "…" + text[-(width - 1) :] if left else text[: width - 1] + "…"
 
 
 def _held(host, task, state_dir: str) -> tuple[list[dict] | None, str]:

@@ -436,3 +436,32 @@ def test_names_from_the_host_are_text_with_control_characters_shown(tmp_path):
         os.close(fd)
     assert "Traceback" not in proc.stderr and "\x1b" not in proc.stdout, proc.stderr
     assert f"recording job {shown}" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_classify_fits_an_80_column_terminal():
+    """On a terminal, a layer (and a thread of --members) is one line of at most 80 columns,
+    long cells cut with an ellipsis; piped, every cell is whole (for grep)."""
+
+    def on_terminal(*args: str) -> list[str]:
+        cmd = " ".join([HOSTD, "classify", *args])
+        env = {**os.environ, "COLUMNS": "80", "LINES": "24", "TERM": "xterm"}
+        proc = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True,
+                              text=True, timeout=120, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", proc.stdout)
+        return [line.rstrip("\r") for line in plain.splitlines() if line.strip()]
+
+    from hostd.policy import load_default
+
+    layers = [ly.name for ly in load_default().layers]
+    lines = on_terminal()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+    rows = [line for line in lines if line.startswith("│")]
+    assert [row.split("│")[1].strip() for row in rows] == layers  # one line each
+    assert any(row.rstrip(" │").endswith("…") for row in rows)  # the comments, cut
+    members = on_terminal("--members")
+    assert max(len(line) for line in members) <= 80
+    piped = hostd("classify").stdout.splitlines()
+    comms = next(line for line in piped if line.startswith("comms\t"))
+    assert comms.split("\t")[-1] == load_default().layer("comms").comment
