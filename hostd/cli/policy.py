@@ -33,6 +33,8 @@ from hostd.policy import (
     parse_policy,
 )  # fmt: skip
 from hostd.policy.docs import effective
+from hostd.policy.errors import NOTHING
+from hostd.policy.errors import show as show_value
 from hostd.policy.schema import keys_of
 
 app = typer.Typer(help="Validate and show policy files.", no_args_is_help=True)
@@ -41,22 +43,45 @@ app = typer.Typer(help="Validate and show policy files.", no_args_is_help=True)
 @app.command()
 def check(
     files: list[str] = typer.Argument(..., help="Policy files to validate."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Validate policy files: "ok" per good file, one line per error of a bad one
-    (file:line:column: key.path: value: expected ...); exit 2 if any is bad."""
+    (file:line:column: key.path: value: expected ...); exit 2 if any is bad. --json: each file
+    with its errors as fields (line, column, key path, value, expected)."""
     bad = 0
+    checked = []
     for path in files:
         try:
             policy = load_policy(path)
         except PolicyError as exc:
-            sys.stderr.writelines(f"hostd: {line}\n" for line in str(exc).splitlines())
             bad += 1
+            checked.append({"file": path, "ok": False, "name": None, "layers": None,
+                            "warnings": [], "errors": [_error(e) for e in exc.errors]})  # fmt: skip
+            if not as_json:
+                sys.stderr.writelines(f"hostd: {line}\n" for line in str(exc).splitlines())
+            continue
+        checked.append({"file": path, "ok": True, "name": policy.name,
+                        "layers": len(policy.layers), "warnings": list(policy.warnings),
+                        "errors": []})  # fmt: skip
+        if as_json:
             continue
         for warning in policy.warnings:
             sys.stderr.write(f"hostd: warning: {warning}\n")
         out.print(f"{path}: ok ({policy.name}: {len(policy.layers)} layers)")
+    if as_json:
+        print_json({"ok": not bad, "files": checked})
     if bad:
         raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _error(e: PolicyError) -> dict:
+    """One error of a bad policy, as fields: where (line and column, when the key is found in
+    the file), the key path, the value (as the message shows it; null: none, as for a missing
+    key), what was expected, and the whole message line."""
+    line, column = e.position if e.position else (None, None)
+    value = None if e.value is NOTHING else show_value(e.value)
+    return {"message": str(e), "line": line, "column": column, "key": e.key or None,
+            "value": value, "expected": e.expected}  # fmt: skip
 
 
 def _installed() -> list[tuple[str, str, Policy]]:
