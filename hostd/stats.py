@@ -164,12 +164,14 @@ def compare(
     interval: float,
     *,
     layers: Sequence[str] | None = None,
-    top: int = 10,
+    top: int | None = 10,
 ) -> Stats:
     """Per-layer and per-thread deltas of the threads in both samples, over ``interval`` s.
 
     ``layers``: the layer names in policy order (so that empty layers are listed too); by
-    default the layers of ``classified`` in order of appearance. Pure: no I/O.
+    default the layers of ``classified`` in order of appearance. ``top``: how many of the
+    threads that waited, most first (None: every thread, those that did not wait too). Pure:
+    no I/O.
     """
     if interval <= 0:
         raise StatsError(f"interval {interval}: expected a positive number of seconds")
@@ -189,7 +191,8 @@ def compare(
         t = item.task
         threads.append(ThreadStats(t.tid, t.pid, t.comm, item.layer, delta, rates(delta, interval)))
     waited = sorted(
-        (t for t in threads if t.delta.wait_ns > 0), key=lambda t: (-t.delta.wait_ns, t.tid)
+        (t for t in threads if t.delta.wait_ns > 0 or top is None),
+        key=lambda t: (-t.delta.wait_ns, t.tid),
     )
     return Stats(
         interval=interval,
@@ -200,7 +203,7 @@ def compare(
             LayerStats(name, counts[name], totals[name], rates(totals[name], interval))
             for name in totals
         ),
-        top=tuple(waited[: max(top, 0)]),
+        top=tuple(waited if top is None else waited[: max(top, 0)]),
     )
 
 

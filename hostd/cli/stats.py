@@ -17,7 +17,6 @@ import time
 import tty
 
 import typer
-from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -41,6 +40,7 @@ from hostd.cli.common import (
     say_unprivileged,
     show,
 )
+from hostd.cli.topview import View, marks, render
 from hostd.snapshot import take
 from hostd.stats import Stats, StatsError, Unavailable, compare, measure, sample
 
@@ -135,53 +135,75 @@ def top(
     pid: list[int] = PidOpt,
     tid: list[int] = TidOpt,
     layer: list[str] = LayerOpt,
-    count: int = typer.Option(15, "--top", "-n", help="How many of the most-waiting threads."),
+    count: int = typer.Option(
+        0, "--top", "-n", help="At most this many threads (0: as many as the terminal holds)."
+    ),
     policy: str = PolicyOpt,
     run_dir: str = RunOpt,
 ) -> None:
     """A live view of the layers and the threads that wait most, refreshed every second (like
-    top), with the running agent's last resizes of self-sizing layers; q quits. Read-only: any
-    user may run it."""
+    top), fitting the terminal (80x24 too), with the running agent's marks (D demoted, B
+    boosted) and last resizes of self-sizing layers. Keys: h help, s sort, l one layer, m only
+    marked, q quit. Read-only: any user may run it."""
     if not (interval >= 0.1 and math.isfinite(interval)):
         fail(f"--interval {interval:g}: expected at least 0.1 seconds")
+    if count < 0:
+        fail(f"--top {count}: expected 0 or more")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail("hostd top needs a terminal; `hostd stats` prints the same once")
     pol = get_policy(policy)
     host = get_host("/")
     chosen = Selection(host, pol, pid, tid, layer)
+    names = [ly.name for ly in pol.layers]
+    view = View(names)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     tty.setcbreak(fd)
+    frame: dict = {}  # the last measurement: drawn again as keys change the view
     try:
         with Live(console=out, screen=True, auto_refresh=False) as live:
-            live.update(Text("hostd top: measuring..."), refresh=True)
+            live.update(Text("hostd top: measuring... (h help, q quit)"), refresh=True)
+
+            def draw() -> None:
+                if frame:
+                    live.update(_screen(view, frame, count, run_dir), refresh=True)
+
             while True:
                 snap = take(host, pol, pid or None)
                 items = [c for c in snap.classified if chosen(c.task.pid, c.task.tid, c.layer)]
                 before, start = sample(host, [c.task for c in items]), time.monotonic()
-                if _quit(fd, interval):
+                if not _keys(fd, interval, view, draw):
                     return
                 after = sample(host, [c.task for c in items])
-                names = [ly.name for ly in pol.layers]
                 result = compare(before, after, items, time.monotonic() - start, layers=names,
-                                 top=count)  # fmt: skip
-                head = Text(f"hostd top on {snap.topology.hostname or 'this host'}: "
-                            f"every {interval:g} s, q quits", style="bold")  # fmt: skip
-                agent = read_status(run_dir) or {}
-                resized = Text("\n".join(sizing_lines(agent.get("sizing"), last=3)))
-                live.update(Group(head, layer_table(pol.name, result), top_table(result),
-                                  resized), refresh=True)  # fmt: skip
+                                 top=None)  # fmt: skip
+                title = (f"hostd top on {snap.topology.hostname or 'this host'}, policy "
+                         f"{pol.name}: every {interval:g} s")  # fmt: skip
+                frame.update(result=result, items=items, title=title)
+                draw()
     except KeyboardInterrupt:
         return
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def _quit(fd: int, wait: float) -> bool:
-    """Wait up to ``wait`` seconds for a key; True when it is q (or Q)."""
+def _screen(view: View, frame: dict, count: int, run_dir: str):
+    """The screen for the last measurement, with the running agent's marks and resizes now."""
+    agent = read_status(run_dir) or {}
+    sessions = {c.task.tid: c.task.process.session for c in frame["items"]}
+    threads = list(frame["result"].top)[: count or None]
+    return render(view, frame["result"], threads, marks(agent, sessions), title=frame["title"],
+                  size=(out.size.width, out.size.height),
+                  resized=sizing_lines(agent.get("sizing"), last=3))  # fmt: skip
+
+
+def _keys(fd: int, wait: float, view: View, draw) -> bool:
+    """Take keys for up to ``wait`` seconds, redrawing after each; False when one quits."""
     deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
         ready, _, _ = select.select([fd], [], [], left)
-        if ready and os.read(fd, 1) in (b"q", b"Q"):
-            return True
-    return False
+        if ready:
+            if not view.key(os.read(fd, 1).decode(errors="replace")):
+                return False
+            draw()
+    return True
