@@ -45,7 +45,9 @@ policy on the quiet node: what hostd's placement does to the job there) and
 weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure; with
 ``+write`` too) and ``node+cap`` (no hostd: the container's cgroup idle and capped at
 ``--cap`` CPUs by this script, its threads SCHED_IDLE, the ranks at the default weight: what the
-kernel makes of a capped container, hostd's part left out). The job's
+kernel makes of a capped container, hostd's part left out) and ``node+hostd+write+needed+calm``
+(the same as ``+needed`` with the agent at nice 0, not the policy's -10: what its own wake-ups
+cost the job). The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
@@ -84,7 +86,7 @@ TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
     "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+write",
     "node+hostd-ops", "node+hostd+write+needed",
-    "node+hostd+nice0", "node+hostd+write+nice0", "node+cap",
+    "node+hostd+nice0", "node+hostd+write+nice0", "node+cap", "node+hostd+write+needed+calm",
 )  # fmt: skip
 WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
 # the default, but root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
@@ -388,7 +390,14 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
         extra = WRITE if "+write" in arm else OPS if arm.endswith("-ops") else b""
         text = default_policy_bytes() + extra
         preempt = b"" if args.cap is None else f"cap_cpus = {args.cap:g}\n".encode()
-        if arm.endswith("+needed"):  # the ranks' session weight only while it is needed
+        if arm.endswith("+calm"):  # the agent itself at the default nice (the policy: -10)
+            arm_of = arm.removesuffix("+calm")
+            old = b'[agent]\nmode = "enforce"\n'
+            assert old in text
+            text = text.replace(old, old + b"nice = 0\n")
+        else:
+            arm_of = arm
+        if arm_of.endswith("+needed"):  # the ranks' session weight only while it is needed
             preempt += b'weigh_job = "while-needed"\n'
         if preempt:  # (OPS ends with the [preempt] table)
             text += preempt if extra == OPS else b"\n[preempt]\n" + preempt

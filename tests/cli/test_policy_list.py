@@ -104,4 +104,4 @@ def test_run_takes_an_installed_policys_name(tmp_path):
                  "--state-dir", str(tmp_path / "state"), "--run-dir", str(tmp_path / "run"),
                  check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert f"policy={REPO / 'hostd' / 'policy' / 'gentle.toml'}" in proc.stderr, proc.stderr
+    assert f"policy={installed_policies()['gentle']} " in proc.stderr, proc.stderr
