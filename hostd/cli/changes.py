@@ -10,7 +10,7 @@ from collections import Counter
 import typer
 from rich.table import Table
 
-from hostd.agent import DEFAULT_STATE_DIR
+from hostd.cli.agent import StateOpt
 from hostd.cli.common import JsonOpt, get_host, out, print_json, show
 from hostd.held import STATES, held, open_journal, shown
 
@@ -18,9 +18,7 @@ EXIT_CHANGED = 4
 
 
 def changes(
-    state_dir: str = typer.Option(
-        DEFAULT_STATE_DIR, "--state-dir", envvar="HOSTD_STATE_DIR", help="Where the journal lives."
-    ),
+    state_dir: str = StateOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Every knob hostd holds changed: its original, its value now, and whether someone else
