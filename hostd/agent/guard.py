@@ -6,7 +6,9 @@ returned to normal scheduling (``hostd.preempt.Watch`` decides both).
   any write) for ``boost_ms``, then it is decided again. The agent's own thread holds SCHED_FIFO
   one above that while a boost is on, so that it wakes on time to end it, and at most all CPUs
   but one are boosted at once; where real-time is not allowed (on the host, or for the thread:
-  ``rt_refused``), a demoted thread gets its original policy back for that time.
+  ``rt_refused``), a demoted thread gets its original policy back for that time. A child born
+  during a boost is born SCHED_OTHER (reset-on-fork, or the original inherited), not demoted:
+  the agent decides it from the fork event like any new thread (tests/privileged/test_preempt).
 * **runaway**: a real-time thread of a hostd layer that keeps a CPU busy is decided again as
   SCHED_OTHER at nice -20 from then on.
 """
