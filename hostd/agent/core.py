@@ -110,6 +110,8 @@ class Agent:
         self.exited: list[tuple[int, int]] = []
         self.scanned_ns = 0  # monotonic ns its reads of /proc ended (a thread born later: unread)
         self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
+        self.calm_nice = 0  # the agent's own nice at rest, and whether it is raised (loop.pace)
+        self.raised, self.calm_at = False, 0.0
         self.overflow_due: float | None = None  # events lost: a full pass at most then (loop)
         self.renames_muted: float | None = None  # a rename storm: rename events off until then
         self.join_quiet = parts.JOIN_QUIET_S  # cpuset joins wait this long without events

@@ -72,10 +72,8 @@ def run(agent: Agent, once: bool = False) -> PassReport:
     # (collections took 3.5 % of the agent's CPU in a storm of 10,000 threads/s).
     gc.set_threshold(*GC_THRESHOLD)
     own_files()
-    # hostd's own priority: in a storm of new threads it must not be starved by the very
-    # threads it is placing (it uses CPU only when there are events).
-    if agent.policy.agent_nice is not None:
-        own_priority(agent, agent.policy.agent_nice)
+    # hostd's own priority: raised while it has a storm of new threads to place (``pace``)
+    agent.calm_nice = os.getpriority(os.PRIO_PROCESS, 0)
     try:
         if once:
             return agent.pass_once("once")
@@ -124,6 +122,33 @@ def own_files() -> int:
     else:
         log.info("files limit=%d", soft)
     return soft
+
+
+# The agent's priority follows its work (``pace``): raised to ``[agent] nice`` while events
+# come faster than one pass places their threads, back to the nice it started with when none
+# have waited for this long. At rest its wake-ups (a few a second) then do not preempt a rank
+# mid-step, which a lock-step job pays for in both ranks (BENCHMARKS.md, "A node with its
+# infrastructure": the job 0.94 of quiet with the agent at nice 0, 0.83 at -10, same run); in
+# a storm it is not starved by the threads it places (BENCHMARKS.md, "Reaction time").
+BUSY_EVENTS = 256  # events in one read that make a storm, even before a backlog forms
+CALM_AFTER = 1.0  # seconds without a backlog before the agent lowers itself again
+
+
+def pace(agent: Agent, busy: bool, now: float) -> None:
+    """The agent's own priority for what it has to do: ``[agent] nice`` while ``busy`` (and
+    ``CALM_AFTER`` seconds more), else the nice it started with."""
+    nice = agent.policy.agent_nice
+    if nice is None or nice >= agent.calm_nice:
+        return
+    if busy:
+        agent.calm_at = now + CALM_AFTER
+        if not agent.raised:
+            agent.raised = True
+            agent.counters["priority_raised"] += 1
+            own_priority(agent, nice)
+    elif agent.raised and now >= agent.calm_at:
+        agent.raised = False
+        own_priority(agent, agent.calm_nice)
 
 
 def own_priority(agent: Agent, nice: int) -> None:
@@ -298,10 +323,13 @@ def step(agent: Agent) -> None:
         # (none ready: the next of the threads that earlier events named, newest first)
         events = sources.connector.read(agent.MAX_BATCH) if events_ready else []
         if any(isinstance(ev, Overflow) for ev in events):
+            pace(agent, True, time.monotonic())  # a storm
             if overflowed(agent, events):
                 log.warning("events lost (receive buffer overflow): rescanning /proc")
                 return full(agent, "overflow")
             events = [ev for ev in events if not isinstance(ev, Overflow)]
+        busy = bool(inc.backlog) or len(events) >= BUSY_EVENTS
+        pace(agent, busy, time.monotonic())
         try:
             agent.event_pass(events)  # type: ignore[arg-type]
         except Exception:
@@ -309,6 +337,8 @@ def step(agent: Agent) -> None:
             return full(agent, "recovery")
         finally:
             agent.last_event = time.monotonic()
+    elif agent.raised:
+        pace(agent, False, time.monotonic())
     for part in PARTS:
         part.run(agent)
 

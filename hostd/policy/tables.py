@@ -48,8 +48,9 @@ class Agent:
     )  # fmt: skip
     nice: int | None = key(
         -10, type="int", lo=-20, hi=19, keep=True,
-        doc="hostd's own nice value, so that a storm of new threads cannot starve the agent "
-        'placing them ("keep": leave it)',
+        doc="hostd's own nice while a storm of new threads waits to be placed, so that the "
+        "storm cannot starve it (at rest: the nice it started with, so that its wake-ups do "
+        'not preempt the job) ("keep": leave it)',
     )  # fmt: skip
     cpu_dma_latency_us: int | None = key(
         type="int", lo=0, hi=2_000_000_000, unit="us",

@@ -593,3 +593,53 @@ def test_an_unnamed_thread_that_settles_into_poll_moves_without_a_full_pass(tmp_
             agent.stop()
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+
+
+STORM = """
+import sys, threading, time
+print("ready", flush=True)
+sys.stdin.readline()
+for _ in range(3000):  # thousands of fork events at once: a storm
+    threading.Thread(target=time.sleep, args=(3,), daemon=True).start()
+print("done", flush=True)
+time.sleep(3600)
+"""
+
+
+def _nice(pid: int) -> tuple[int, str]:
+    """A process's nice and its autogroup's ("/autogroup-N nice X": X)."""
+    return os.getpriority(os.PRIO_PROCESS, pid), _read(f"/proc/{pid}/autogroup").split()[-1]
+
+
+@pytest.mark.skipif(not AUTOGROUPS, reason="autogroups are off on this kernel")
+def test_the_agent_raises_its_priority_in_a_storm_and_lowers_it_after(tmp_path):
+    """At rest the agent keeps the nice it started with (its wake-ups must not preempt a rank
+    mid-step); a storm of new threads raises it and its session to [agent] nice (-10, the
+    default) until the storm has passed."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", STORM], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    agent = None
+    try:
+        assert job.stdout.readline() == "ready\n"
+        agent = agentproc.Agent(tmp_path, job.pid, policy=POLICY, new_session=True)
+        agent.wait_passes(1)
+        me = agent.proc.pid
+        assert _nice(me) == (0, "0")  # at rest
+        os.kill(me, signal.SIGSTOP)  # the storm comes faster than the agent reads: it waits
+        try:
+            job.stdin.write("go\n")
+            job.stdin.flush()
+            assert job.stdout.readline() == "done\n"
+        finally:
+            os.kill(me, signal.SIGCONT)
+        wait_for(lambda: _nice(me) == (-10, "-10"), "the agent raised in the storm", agent)
+        wait_for(lambda: _nice(me) == (0, "0"), "the agent at rest again", agent)
+        log = agent.stop()
+        assert "Traceback" not in log, log
+    finally:
+        if agent is not None:
+            agent.stop()
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

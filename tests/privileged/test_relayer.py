@@ -90,10 +90,11 @@ def test_a_first_member_gets_its_cpu_at_once_and_gives_it_back_later(tmp_path):
         home = _cpuset(hot)
         agent = Agent(tmp_path, job.pid, policy=policy, new_session=True)  # as a service runs
         agent.wait_passes(1)
-        # it leads its session: the session's autogroup weighs as its nice (-10 by default)
+        # it leads its session, at rest at the nice it started with (a storm raises both:
+        # tests/privileged/test_agent.py)
         mine = Path("/proc/self/autogroup").read_text()
-        assert Path(f"/proc/{agent.proc.pid}/autogroup").read_text().endswith(" nice -10\n")
-        assert os.getpriority(os.PRIO_PROCESS, agent.proc.pid) == -10
+        assert Path(f"/proc/{agent.proc.pid}/autogroup").read_text().endswith(" nice 0\n")
+        assert os.getpriority(os.PRIO_PROCESS, agent.proc.pid) == 0
         passes = agent.status()["passes"]
         # no member: the layer has no CPU, the pool is every CPU, nothing changed
         assert {t: os.sched_getaffinity(t) for t in everyone} == {

@@ -570,3 +570,26 @@ def test_the_first_run_says_what_it_waits_for_where_no_job_runs(agent):
     observed = loop.first_run_hint(agent)
     assert observed is not None and "would give" in observed
     assert "(observe mode: it changes nothing)" in observed
+
+
+def test_the_agent_raises_its_priority_only_while_a_storm_waits(agent, monkeypatch):
+    """At rest the agent keeps the nice it started with (its wake-ups must not preempt a rank
+    mid-step); a storm raises it to [agent] nice until no backlog has waited for CALM_AFTER."""
+    set_to: list[int] = []
+    monkeypatch.setattr(loop, "own_priority", lambda _agent, nice: set_to.append(nice))
+    agent.calm_nice, nice = 0, agent.policy.agent_nice
+    assert nice == -10
+    loop.pace(agent, False, 100.0)
+    assert set_to == [] and not agent.raised  # at rest: nothing to change
+    loop.pace(agent, True, 100.0)
+    loop.pace(agent, True, 100.5)  # still busy: no second write
+    assert set_to == [nice] and agent.raised
+    loop.pace(agent, False, 100.5 + loop.CALM_AFTER - 0.1)
+    assert set_to == [nice]  # calm for less than CALM_AFTER: still raised
+    loop.pace(agent, False, 100.5 + loop.CALM_AFTER)
+    assert set_to == [nice, 0] and not agent.raised
+    loop.pace(agent, True, 200.0)
+    assert set_to == [nice, 0, nice] and agent.counters["priority_raised"] == 2
+    agent.raised, agent.calm_nice = False, -15  # started below [agent] nice: never raised above
+    loop.pace(agent, True, 300.0)
+    assert set_to == [nice, 0, nice]
