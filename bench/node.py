@@ -33,21 +33,19 @@ Arms, each repetition in a rotated order: ``alone`` (the job only), ``infra`` (t
 infrastructure and the operator only: their baseline), ``quiet`` (the job on its node: the job,
 the infrastructure and the operator, nothing competing), ``node`` (all of it, nothing done),
 ``node+hostd`` (the shipped default policy, whole host, past its first pass before anything
-starts), ``node+hostd+write`` (the same policy with ``[cgroups] write = ["container"]``: hostd
-may weigh down the container's own cgroup, which the default does not do) and ``node+hostd-ops``
-(the same policy with ``[preempt] keep_logins_of = []``: root's login is demoted like any busy
-session; what keeping an operator's commands costs the job, and what demoting them costs the
-operator), ``node+hostd+write+needed`` (``+write`` with ``[preempt] weigh_job =
-"while-needed"``: the ranks' session weight only while demoted work is not contained, so the
-capped container takes none of the node's share) and ``quiet+hostd`` (the shipped default
-policy on the quiet node: what hostd's placement does to the job there) and
-``node+hostd+nice0`` (the same policy with the ranks' sessions at the default
-weight, ``group_nice = 0``: what the job's heavier sessions cost the infrastructure; with
-``+write`` too) and ``node+cap`` (no hostd: the container's cgroup idle and capped at
-``--cap`` CPUs by this script, its threads SCHED_IDLE, the ranks at the default weight: what the
-kernel makes of a capped container, hostd's part left out) and ``node+hostd+write+needed+calm``
-(the same as ``+needed`` with the agent at nice 0, not the policy's -10: what its own wake-ups
-cost the job). The job's
+starts: the container's cgroup idle and capped, ``[cgroups] weigh``, the ranks' session weight
+only while demoted work is not contained, ``[preempt] weigh_job = "while-needed"``),
+``node+hostd+unweighed`` (the same with no cgroup weighed down and the weight always given: the
+default before 2026-11-28, threads and sessions only), ``node+hostd+always`` (the container
+weighed down, the weight always given), ``node+hostd-ops`` (``[preempt] keep_logins_of = []``:
+root's login is demoted like any busy session; what keeping an operator's commands costs the
+job, and what demoting them costs the operator), ``quiet+hostd`` (the shipped default policy on
+the quiet node: what hostd's placement does to the job there), ``node+hostd+nice0`` (the ranks'
+sessions at the default weight, ``group_nice = 0``), ``node+hostd+calm`` (the agent at nice 0
+even in a storm: what its own priority costs the job) and ``node+cap`` (no hostd: the
+container's cgroup idle and capped at ``--cap`` CPUs by this script, its threads SCHED_IDLE, the
+ranks at the default weight: what the kernel makes of a capped container, hostd's part left
+out). The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
@@ -84,13 +82,20 @@ from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path  # noqa: E4
 SECTION = "## A node with its infrastructure (bench/node.py)"
 TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
-    "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+write",
-    "node+hostd-ops", "node+hostd+write+needed",
-    "node+hostd+nice0", "node+hostd+write+nice0", "node+cap", "node+hostd+write+needed+calm",
+    "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+unweighed",
+    "node+hostd+always", "node+hostd-ops", "node+hostd+nice0", "node+hostd+calm", "node+cap",
 )  # fmt: skip
-WRITE = b'\n[cgroups]\nwrite = ["container"]\n'
-# the default, but root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
-OPS = b"\n[preempt]\nkeep_logins_of = []\n"
+# What each variant of the shipped policy changes in it: (its line, the variant's lines).
+WEIGH = b'weigh = ["container", "pod"]\n'
+NEEDED = b'weigh_job = "while-needed"\n'
+VARIANTS = {
+    "+unweighed": [(WEIGH, b"weigh = []\n"), (NEEDED, b'weigh_job = "always"\n')],
+    "+always": [(NEEDED, b'weigh_job = "always"\n')],
+    # root's logins demoted like anyone's (what keep_logins_of = [0] spares them)
+    "-ops": [(NEEDED, NEEDED + b"keep_logins_of = []\n")],
+    "+nice0": [(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")],
+    "+calm": [(b'[agent]\nmode = "enforce"\n', b'[agent]\nmode = "enforce"\nnice = 0\n')],
+}
 
 # Every component is this program with a role; SIGTERM makes it print its result as JSON.
 ROLE = textwrap.dedent(
@@ -387,22 +392,14 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
     agent = None
     if arm.startswith("node+hostd") or arm == "quiet+hostd":
         policy = work / "policy.toml"
-        extra = WRITE if "+write" in arm else OPS if arm.endswith("-ops") else b""
-        text = default_policy_bytes() + extra
-        preempt = b"" if args.cap is None else f"cap_cpus = {args.cap:g}\n".encode()
-        if arm.endswith("+calm"):  # the agent itself at the default nice (the policy: -10)
-            arm_of = arm.removesuffix("+calm")
-            old = b'[agent]\nmode = "enforce"\n'
-            assert old in text
-            text = text.replace(old, old + b"nice = 0\n")
-        else:
-            arm_of = arm
-        if arm_of.endswith("+needed"):  # the ranks' session weight only while it is needed
-            preempt += b'weigh_job = "while-needed"\n'
-        if preempt:  # (OPS ends with the [preempt] table)
-            text += preempt if extra == OPS else b"\n[preempt]\n" + preempt
-        if arm.endswith("nice0"):  # the ranks' sessions at the default weight
-            text = text.replace(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")
+        text = default_policy_bytes()
+        for suffix, changes in VARIANTS.items():
+            if arm.endswith(suffix):
+                for line, instead in changes:
+                    assert text.count(line) == 1, (arm, line)
+                    text = text.replace(line, instead)
+        if args.cap is not None:
+            text = text.replace(b"[preempt]\n", f"[preempt]\ncap_cpus = {args.cap:g}\n".encode())
         policy.write_bytes(text)
         agent = AgentProc(work / f"{arm}-{rep}", policy=str(policy))
         agent.wait_passes(1)

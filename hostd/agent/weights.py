@@ -97,7 +97,7 @@ class GroupWeights:
             if key in self.groups:
                 self.groups[key].add(sid)
                 continue
-            why = why_group_kept(path, self.members(path), demoted, agent.policy.cgroups_write)
+            why = why_group_kept(path, self.members(path), demoted, agent.policy.cgroups_weigh)
             if why is None and knobkinds.check_key(key) is not None:
                 why = "its name is not a plain cgroup path"
             if why is not None:
@@ -284,7 +284,7 @@ class GroupWeights:
                 path,
                 self.members(path),
                 self.loop.watch.demoted,
-                self.loop.agent.policy.cgroups_write,
+                self.loop.agent.policy.cgroups_weigh,
             )
             if why is not None:
                 self.release(keys, why)

@@ -446,7 +446,7 @@ def preempt_lines(pre: dict, observe: bool = False) -> list[str]:
     return lines
 
 
-def _switch(run_dir: str, disabled: bool) -> None:
+def _switch(run_dir: str, disabled: bool, as_json: bool) -> None:
     verb = "disable" if disabled else "enable"
     if os.geteuid() != 0:
         fail(f"hostd {verb} needs root (it switches the agent that runs as root)", EXIT_FAILURE)
@@ -465,24 +465,27 @@ def _switch(run_dir: str, disabled: bool) -> None:
     finally:
         os.close(dir_fd)
     pid = agent_pid(run_dir)
-    if pid is None:
+    if pid is not None:
+        os.kill(pid, signal.SIGUSR1)
+    if as_json:
+        print_json({"disabled": disabled, "agent_pid": pid, "run_dir": run_dir})
+    elif pid is None:
         out.print(f"hostd {'disabled' if disabled else 'enabled'} (no agent is running now)")
-        return
-    os.kill(pid, signal.SIGUSR1)
-    out.print(
-        f"hostd {'disabled: restoring everything' if disabled else 'enabled'} "
-        f"(agent pid {pid}, within one pass)"
-    )
+    else:
+        out.print(
+            f"hostd {'disabled: restoring everything' if disabled else 'enabled'} "
+            f"(agent pid {pid}, within one pass)"
+        )
 
 
-def disable(run_dir: str = RunOpt) -> None:
+def disable(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     """Switch the running agent off: it restores everything and stays idle."""
-    _switch(run_dir, True)
+    _switch(run_dir, True, as_json)
 
 
-def enable(run_dir: str = RunOpt) -> None:
+def enable(run_dir: str = RunOpt, as_json: bool = JsonOpt) -> None:
     """Switch the agent back on."""
-    _switch(run_dir, False)
+    _switch(run_dir, False, as_json)
 
 
 def doctor(

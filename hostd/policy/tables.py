@@ -204,6 +204,13 @@ class Cgroups:
         (), type="words", choices=WRITABLE_KINDS, choices_what="a node kind",
         doc="the node kinds whose cgroups, another manager's, hostd may write into",
     )  # fmt: skip
+    # Only the first: a demoted session's cgroup idle and capped while the job runs (never a
+    # cpuset made inside a job's cgroup).
+    weigh: tuple[str, ...] = key(
+        (), type="words", choices=WRITABLE_KINDS, choices_what="a node kind",
+        doc="the node kinds whose cgroups, another manager's, hostd may weigh down (idle, "
+        "capped at [preempt] cap_cpus) while they hold only demoted work; write implies it",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +256,7 @@ class Policy:
     jobs_protect = property(lambda self: self.jobs.protect)
     jobs_record = property(lambda self: self.jobs.record)
     cgroups_write = property(lambda self: self.cgroups.write)
+    cgroups_weigh = property(lambda self: (*self.cgroups.write, *self.cgroups.weigh))
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:

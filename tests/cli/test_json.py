@@ -80,7 +80,20 @@ def test_every_command_with_json_has_a_schema():
     }
     # (a subcommand's own: "policy-check"; policy.schema.json is the policy file's, for editors)
     named = {p.name.removesuffix(".schema.json") for p in SCHEMAS.glob("*.schema.json")}
+    named |= {"enable", "disable"}  # both switch.schema.json
+    named -= {"switch"}
     assert having == {name.split("-")[0] for name in named}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hostd enable and disable need root")
+def test_enable_and_disable_where_no_agent_runs(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    off = valid("switch", "disable", "--run-dir", str(run))
+    assert off == {"schema": 1, "disabled": True, "agent_pid": None, "run_dir": str(run)}
+    assert (run / "disabled").exists()
+    assert valid("switch", "enable", "--run-dir", str(run))["disabled"] is False
+    assert not (run / "disabled").exists()
 
 
 def test_the_status_document_of_a_running_agent(tmp_path):

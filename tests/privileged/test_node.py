@@ -157,17 +157,22 @@ def node():
 @pytest.mark.parametrize(
     ("write", "crash"),
     [(False, False), (True, False), (True, True)],
-    ids=["no writes", "write containers", "write containers, kill -9 and restore"],
+    ids=[
+        "no writes",
+        "write containers and pods",
+        "write containers and pods, kill -9 and restore",
+    ],
 )
 def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, crash):
     """The default rules on a node of every kind: a container under system.slice, a systemd-run
     unit, another user's login and a workload pod are demoted (SCHED_IDLE, autogroup nice 19);
     a system service, root's login and a kube-system pod are not. No cgroup of theirs is
-    written unless ``[cgroups] write`` names its kind (then the container's cgroup yields, and
-    gets its weight back at the stop). After the stop (or ``kill -9`` and ``hostd restore``)
-    every thread, session and cgroup is as before."""
+    written unless ``[cgroups] weigh`` names its kind (then the container's and the pod's
+    cgroups yield, and get their weight back at the stop). After the stop (or ``kill -9`` and
+    ``hostd restore``) every thread, session and cgroup is as before."""
     policy = tmp_path / "node.toml"
-    policy.write_text(POLICY + ('\n[cgroups]\nwrite = ["container"]\n' if write else ""))
+    write_kinds = '\n[cgroups]\nweigh = ["container", "pod"]\n'  # the shipped policy's
+    policy.write_text(POLICY + (write_kinds if write else "\n[cgroups]\nwrite = []\n"))
     before = node.state()
     agent = Agent(tmp_path, 1, policy=policy)  # the whole host: scoped below init
     demoted = [n for n, (_, _, d) in node.layout.items() if d]
@@ -185,8 +190,8 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
         for name in demoted:
             assert now[name][1] == ("19" if AUTOGROUPS else before[name][1]), name
         for name in demoted:
-            if name == "container" and write:
-                assert now[name][2] != before[name][2], "the container's cgroup yields"
+            if name in ("container", "workload-pod") and write:
+                assert now[name][2] != before[name][2], f"{name}'s cgroup yields"
             else:
                 assert now[name][2] == before[name][2], f"{name}'s cgroup was written"
         want = {node.procs[n].pid for n in demoted}

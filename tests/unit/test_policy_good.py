@@ -391,7 +391,9 @@ def test_default_policy_layers() -> None:
     # preemption: the job's layers preempt, compilers and the rest yield while it runs
     assert policy.protected == {"comms", "data", "trainer"}
     assert policy.preemptible == {"compile", "rest"}
-    assert policy.preempt == Preempt() and policy.guard == Guard()
+    assert policy.preempt == Preempt(weigh_job="while-needed") and policy.guard == Guard()
+    # a busy competing container's or pod's cgroup yields; no cpuset is made inside a job's
+    assert policy.cgroups_weigh == ("container", "pod") and policy.cgroups_write == ()
 
 
 @pytest.mark.parametrize(
