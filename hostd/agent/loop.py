@@ -134,7 +134,7 @@ BUSY_EVENTS = 256  # events in one read that make a storm, even before a backlog
 CALM_AFTER = 1.0  # seconds without a backlog before the agent lowers itself again
 
 
-def pace(agent: Agent, busy: bool, now: float) -> None:
+def pace(agent: Agent, busy: bool, now: float, events: int = 0) -> None:
     """The agent's own priority for what it has to do: ``[agent] nice`` while ``busy`` (and
     ``CALM_AFTER`` seconds more), else the nice it started with."""
     nice = agent.policy.agent_nice
@@ -145,9 +145,12 @@ def pace(agent: Agent, busy: bool, now: float) -> None:
         if not agent.raised:
             agent.raised = True
             agent.counters["priority_raised"] += 1
+            log.info("agent nice=%d: %d events read, %d threads waiting",
+                     nice, events, len(agent.inc.backlog))  # fmt: skip
             own_priority(agent, nice)
     elif agent.raised and now >= agent.calm_at:
         agent.raised = False
+        log.info("agent nice=%d: nothing waiting for %g s", agent.calm_nice, CALM_AFTER)
         own_priority(agent, agent.calm_nice)
 
 
@@ -329,7 +332,7 @@ def step(agent: Agent) -> None:
                 return full(agent, "overflow")
             events = [ev for ev in events if not isinstance(ev, Overflow)]
         busy = bool(inc.backlog) or len(events) >= BUSY_EVENTS
-        pace(agent, busy, time.monotonic())
+        pace(agent, busy, time.monotonic(), len(events))
         try:
             agent.event_pass(events)  # type: ignore[arg-type]
         except Exception:
