@@ -45,7 +45,9 @@ sessions at the default weight, ``group_nice = 0``), ``node+hostd+calm`` (the ag
 even in a storm: what its own priority costs the job) and ``node+cap`` (no hostd: the
 container's cgroup idle and capped at ``--cap`` CPUs by this script, its threads SCHED_IDLE, the
 ranks at the default weight: what the kernel makes of a capped container, hostd's part left
-out). The job's
+out) and ``node+hostd+bycap`` (the two together: hostd on the node with the container kept,
+which this script caps by hand: what hostd's own presence costs beside a capped container).
+The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
 deadline missed, line dropped and check failed against ``infra``. The container's progress
@@ -84,6 +86,7 @@ TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
     "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+unweighed",
     "node+hostd+always", "node+hostd-ops", "node+hostd+nice0", "node+hostd+calm", "node+cap",
+    "node+hostd+bycap",
 )  # fmt: skip
 # What each variant of the shipped policy changes in it: (its line, the variant's lines).
 WEIGH = b'weigh = ["container", "pod"]\n'
@@ -95,6 +98,8 @@ VARIANTS = {
     "-ops": [(NEEDED, NEEDED + b"keep_logins_of = []\n")],
     "+nice0": [(b"sched = { group_nice = -5 }", b"sched = { group_nice = 0 }")],
     "+calm": [(b'[agent]\nmode = "enforce"\n', b'[agent]\nmode = "enforce"\nnice = 0\n')],
+    # the container left to the bench, which caps it by hand as in node+cap
+    "+bycap": [(NEEDED, NEEDED + b'keep_kinds = ["kernel", "init", "service", "container"]\n')],
 }
 
 # Every component is this program with a role; SIGTERM makes it print its result as JSON.
@@ -404,7 +409,7 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
         agent = AgentProc(work / f"{arm}-{rep}", policy=str(policy))
         agent.wait_passes(1)
     node = Node(work, args, infra=arm != "alone", contended=arm.startswith("node"))
-    if arm == "node+cap":
+    if arm == "node+cap" or arm.endswith("+bycap"):
         cap_by_hand(node, args.cap if args.cap is not None else 0.02)
     time.sleep(1)
     progress = Progress(node.watch) if node.watch else None
