@@ -18,6 +18,7 @@ from hostd.cli import plan as plan_cmd
 from hostd.cli import policy as policy_cmd
 from hostd.cli import report as report_cmd
 from hostd.cli import stats as stats_cmd
+from hostd.cli import status as status_cmd
 from hostd.cli import topo as topo_cmd
 
 app = typer.Typer(
@@ -52,7 +53,7 @@ app.command("top")(stats_cmd.top)
 app.add_typer(policy_cmd.app, name="policy")
 app.command("run")(agent_cmd.run)
 app.command("restore")(agent_cmd.restore)
-app.command("status")(agent_cmd.status)
+app.command("status")(status_cmd.status)
 app.command("changes")(changes_cmd.changes)
 app.command("enable")(agent_cmd.enable)
 app.command("disable")(agent_cmd.disable)

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hostd.agent.status import read_status
-from hostd.cli.agent import RunOpt, sizing_lines
+from hostd.cli.agent import RunOpt
 from hostd.cli.common import (
     EXIT_FAILURE,
     JsonOpt,
@@ -40,6 +40,7 @@ from hostd.cli.common import (
     say_unprivileged,
     show,
 )
+from hostd.cli.status import sizing_lines
 from hostd.cli.topview import View, marks, render
 from hostd.snapshot import take
 from hostd.stats import Stats, StatsError, Unavailable, compare, measure, sample

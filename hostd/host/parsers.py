@@ -1,10 +1,11 @@
 """Pure parsers for /proc and /sys file contents; no I/O here.
 
 Each function takes the text of one kernel file and returns plain values. Formats follow
-proc(5) (``/proc/PID/stat``, ``status``, ``cgroup``, ``mountinfo``, ``interrupts``), the
-scheduler's ``schedstat`` (Documentation/scheduler/sched-stats.rst) and the sysfs ABI documents
-under Documentation/ABI; also the node's managers' records that the node model reads (a
-container runtime's OCI spec, a logind session). Called by ``hostd.host.Host`` readers, by the
+proc(5) (``/proc/stat``, ``/proc/PID/cgroup``, ``mountinfo``, ``interrupts``), PSI files and
+the sysfs ABI documents under Documentation/ABI; also the node's managers' records that the
+node model reads (a container runtime's OCI spec, a logind session). A thread's own files
+(``/proc/PID/task/TID/stat``, ``status``, ``schedstat``, ``syscall``, ``io``) are parsed in
+``taskparsers.py`` and re-exported here. Called by ``hostd.host.Host`` readers, by the
 topology and task snapshot builders and by ``hostd.stats``.
 """
 
@@ -16,116 +17,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from hostd.host import paths
-from hostd.model.cpus import parse_cpulist
-
-# /proc/PID/stat flag bit for kernel threads (include/linux/sched.h).
-PF_KTHREAD = 0x00200000
-
-
-class Stat(NamedTuple):
-    """The fields of /proc/PID/task/TID/stat that hostd uses (proc(5) numbering in comments).
-
-    A NamedTuple, not a dataclass: one is built per thread, 100k times a pass.
-    """
-
-    comm: str  # (2)
-    state: str  # (3)
-    ppid: int  # (4)
-    session: int  # (6) its session's id: the pid of the session leader
-    tty_nr: int  # (7) its controlling terminal's device number (0: none)
-    flags: int  # (9)
-    utime: int  # (14) clock ticks
-    stime: int  # (15)
-    nice: int  # (19)
-    num_threads: int  # (20)
-    start_time: int  # (22) clock ticks after boot
-    processor: int  # (39)
-    rt_priority: int  # (40)
-    policy: int  # (41)
-
-    @property
-    def is_kthread(self) -> bool:
-        return bool(self.flags & PF_KTHREAD)
-
-
-def split_stat(text: str) -> tuple[str, list[str]]:
-    """A /proc/PID/stat line as (comm, fields after it): field (n) of proc(5) is ``rest[n - 3]``.
-
-    The comm may hold spaces and parentheses: split at the last ')'. Only fields up to (42) are
-    split apart (hostd reads none beyond (41)); splitting the rest costs a microsecond a line.
-    """
-    close_paren = text.rindex(")")
-    return text[text.index("(") + 1 : close_paren], text[close_paren + 2 :].split(" ", 40)
-
-
-def parse_stat(text: str) -> Stat:
-    """Parse /proc/PID/stat (see ``split_stat``)."""
-    comm, rest = split_stat(text)
-    n = len(rest)
-    return Stat(
-        comm,
-        rest[0],
-        int(rest[1]),
-        int(rest[3]),
-        int(rest[4]),
-        int(rest[6]),
-        int(rest[11]),
-        int(rest[12]),
-        int(rest[16]),
-        int(rest[17]),
-        int(rest[19]),
-        int(rest[36]) if n > 36 else -1,
-        int(rest[37]) if n > 37 else 0,
-        int(rest[38]) if n > 38 else 0,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """The fields of /proc/PID/task/TID/status that hostd uses."""
-
-    tgid: int
-    uid: int  # effective uid
-    gid: int  # effective gid
-    cpus_allowed: frozenset[int]
-    voluntary_ctxt_switches: int
-    nonvoluntary_ctxt_switches: int
-
-
-def parse_status(text: str) -> Status:
-    """Parse /proc/PID/status ("Key:\\tvalue" lines); missing keys default to neutral values."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[key] = value.strip()
-    uids = fields.get("Uid", "0 0").split()
-    gids = fields.get("Gid", "0 0").split()
-    return Status(
-        tgid=int(fields.get("Tgid", "0")),
-        uid=int(uids[1] if len(uids) > 1 else uids[0]),
-        gid=int(gids[1] if len(gids) > 1 else gids[0]),
-        cpus_allowed=parse_cpulist(fields.get("Cpus_allowed_list", "")),
-        voluntary_ctxt_switches=int(fields.get("voluntary_ctxt_switches", "0")),
-        nonvoluntary_ctxt_switches=int(fields.get("nonvoluntary_ctxt_switches", "0")),
-    )
-
-
-class Schedstat(NamedTuple):
-    """/proc/PID/task/TID/schedstat (Documentation/scheduler/sched-stats.rst): one thread's
-    scheduler totals since it started. Present with CONFIG_SCHED_INFO (or CONFIG_SCHEDSTATS)."""
-
-    run_ns: int  # time spent on a CPU
-    wait_ns: int  # time spent runnable, waiting on a run queue
-    timeslices: int  # number of timeslices run on a CPU
-
-
-def parse_schedstat(text: str) -> Schedstat:
-    """Parse "RUN_NS WAIT_NS TIMESLICES\\n"; raises ValueError on anything else."""
-    fields = text.split()
-    if len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
-        raise ValueError(f"schedstat: expected three counts, got {text!r}")
-    return Schedstat(int(fields[0]), int(fields[1]), int(fields[2]))
+from hostd.host.taskparsers import PF_KTHREAD as PF_KTHREAD
+from hostd.host.taskparsers import Schedstat as Schedstat
+from hostd.host.taskparsers import Stat as Stat
+from hostd.host.taskparsers import Status as Status
+from hostd.host.taskparsers import parse_involuntary as parse_involuntary
+from hostd.host.taskparsers import parse_io_writes as parse_io_writes
+from hostd.host.taskparsers import parse_schedstat as parse_schedstat
+from hostd.host.taskparsers import parse_stat as parse_stat
+from hostd.host.taskparsers import parse_status as parse_status
+from hostd.host.taskparsers import parse_syscall as parse_syscall
+from hostd.host.taskparsers import split_stat as split_stat
 
 
 def parse_cpu_times(text: str) -> dict[int, tuple[int, int]]:
@@ -151,15 +53,6 @@ def parse_cpu_times(text: str) -> dict[int, tuple[int, int]]:
     return out
 
 
-def parse_involuntary(text: str) -> int | None:
-    """``nonvoluntary_ctxt_switches`` of a /proc/PID/task/TID/status (its last lines)."""
-    at = text.rfind("nonvoluntary_ctxt_switches:")
-    if at < 0:
-        return None
-    words = text[at + 27 :].split()
-    return int(words[0]) if words and words[0].isdigit() else None
-
-
 def parse_pressure(text: str) -> tuple[int, int] | None:
     """(some, full) ``total=`` microseconds of a PSI file (``cpu.pressure``); None if neither."""
     got = {}
@@ -171,51 +64,6 @@ def parse_pressure(text: str) -> tuple[int, int] | None:
     if not got:
         return None
     return got.get("some", 0), got.get("full", 0)
-
-
-# System calls an idle thread blocks in, by machine (arch/x86/entry/syscalls/syscall_64.tbl;
-# include/uapi/asm-generic/unistd.h for arm64): how ``thread_activity`` tells what an unnamed
-# thread does.
-_SYSCALLS = {
-    "x86_64": {
-        "poll": {7, 23, 232, 270, 271, 281, 441},  # poll select epoll_wait pselect6 ppoll ...
-        "futex": {202, 449},  # futex futex_waitv
-        "read": {0, 17, 19, 295},  # read pread64 readv preadv
-        "write": {1, 18, 20, 296},  # write pwrite64 writev pwritev
-    },
-    "aarch64": {
-        "poll": {22, 72, 73, 441},  # epoll_pwait pselect6 ppoll epoll_pwait2
-        "futex": {98, 449},
-        "read": {63, 65, 67, 69},
-        "write": {64, 66, 68, 70},
-    },
-}
-
-
-def parse_syscall(text: str, machine: str) -> tuple[str, int | None]:
-    """/proc/PID/task/TID/syscall as (what, first argument): "running" (on a CPU or runnable),
-    "poll", "futex", "read", "write", "other" (another call, or blocked outside one); the
-    first argument is the call's fd for a read. Raises ValueError on a malformed text."""
-    fields = text.split()
-    if not fields:
-        raise ValueError("syscall: empty")
-    if fields[0] == "running":
-        return "running", None
-    nr = int(fields[0])
-    arg = int(fields[1], 16) if len(fields) > 1 and nr >= 0 else None
-    for what, numbers in _SYSCALLS.get(machine, {}).items():
-        if nr in numbers:
-            return what, arg
-    return "other", arg
-
-
-def parse_io_writes(text: str) -> int:
-    """The ``syscw`` count of /proc/PID/task/TID/io: write system calls the thread made."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key == "syscw":
-            return int(value)
-    raise ValueError("io: no syscw")
 
 
 def parse_cgroup(text: str) -> dict[str, str]:

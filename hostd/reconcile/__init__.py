@@ -10,177 +10,74 @@ Outcomes: applied, skipped (already right), restored, left (a restore found a va
 original nor one hostd wrote: someone changed it since, and it stays), gone (the thread
 exited), not-permitted, unchangeable (remembered: never retried), error. One failure never stops
 the pass.
+
+The package's parts: ``desired`` (plan -> wanted values), ``observed`` (what the snapshot
+already knows, ``same``), ``results`` (``Result``, ``PassReport``), ``restoring`` (the journal
+put back); this module applies (``reconcile``: ``prepare``, then ``finish``, looked up here:
+``bench/event_pass.py`` times them by patching ``hostd.reconcile``) and re-exports them all.
 """
 
 from __future__ import annotations
 
-import errno
-import json
-import os
-import time
-from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from hostd import knobkinds, knobs
-from hostd.cpuset.cgroup import cpuset_key, group_key, subtree_key
-from hostd.host import Host, HostError, paths
-from hostd.host.syscalls import POLICY_NAMES
+from hostd.host import Host, HostError
 from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
 from hostd.knobs import Spec
-from hostd.model.cpus import CPUSET_ROOT, format_cpulist
-from hostd.model.tasks import Task, session_members
-from hostd.plan import NumaPlan, Plan, TaskPlan
+from hostd.model.tasks import Task
+from hostd.reconcile.desired import desired_for_tasks, desired_state
+from hostd.reconcile.observed import Observed, same
+from hostd.reconcile.restoring import (
+    CLK_TCK,
+    DONE,
+    LEFT,
+    TASK_KINDS,
+    THREAD_KINDS,
+    _restore_order,
+    changed_since,
+    restore,
+    restore_keys,
+    sweep_inherited,
+    task_records,
+)
+from hostd.reconcile.results import PassReport, Result, _outcome
+
+__all__ = [
+    "AGENT_KINDS",
+    "CLK_TCK",
+    "DONE",
+    "INHERITABLE",
+    "LEFT",
+    "TASK_KINDS",
+    "THREAD_KINDS",
+    "Observed",
+    "PassReport",
+    "Prepared",
+    "Result",
+    "_restore_order",  # (tests/unit/test_knobkinds.py)
+    "changed_since",
+    "desired_for_tasks",
+    "desired_state",
+    "finish",
+    "prepare",
+    "reconcile",
+    "restore",
+    "restore_keys",
+    "same",
+    "sweep_inherited",
+    "task_records",
+]
 
 # Kinds that the agent records and gives back itself (hostd.agent.watch), never a pass: a
 # demoted session's record and its cgroup's weight stay while the session is demoted, whatever a
 # pass wants.
 AGENT_KINDS = kinds(agent_owned=True)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 # What a thread passes on to the threads and processes it creates (sched(7), fork(2)).
 INHERITABLE = kinds(inheritable=True)
-TASK_KINDS = tuple(sorted(kinds(per_task=True)))
-# ... less the session's knobs kept on a leader's key: a thread's exit does not end them
-THREAD_KINDS = tuple(k for k in TASK_KINDS if k not in kinds(session_bound=True))
-
-
-class Result(NamedTuple):
-    """What became of one knob (a tuple: a pass makes one per knob, and a frozen dataclass cost
-    four times as much to make)."""
-
-    key: str
-    outcome: str
-    value: object = None
-    detail: str = ""
-
-
-@dataclass
-class PassReport:
-    results: list[Result] = field(default_factory=list)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return dict(Counter(r.outcome for r in self.results))
-
-
-def desired_state(plan: Plan, tasks: Iterable[Task]) -> dict[str, object]:
-    """Every knob value the plan asks for, keyed by knob key."""
-    want: dict[str, object] = {}
-    v1 = [cs for cs in plan.cpusets if cs.path.startswith(CPUSET_ROOT + "/")]
-    if v1:  # v1: the layers' cgroups sit in hostd's own /hostd
-        want[group_key()] = {
-            "cpus": format_cpulist(plan.online),
-            "mems": format_cpulist(sorted({m for c in v1 for m in c.mems})),
-        }
-    # v2: the cpuset controller enabled from the root down to each threaded cgroup's home, the
-    # shallowest first (so restoring, in reverse, disables it from the deepest up).
-    homes = {os.path.dirname(cs.path) for cs in plan.cpusets if cs not in v1}
-    for path in sorted({a for home in homes for a in _ancestors(home)}, key=_depth):
-        want[subtree_key(path)] = True
-    for cs in plan.cpusets:
-        want[cpuset_key(cs.path)] = {
-            "cpus": format_cpulist(cs.cpus),
-            "mems": format_cpulist(cs.mems),
-        }
-    want.update(desired_for_tasks(plan.tasks, plan.numa))
-    for ip in plan.irqs:
-        want[f"irq/{ip.irq}/smp_affinity_list"] = format_cpulist(ip.affinity)
-    for cp in plan.cpufreq:
-        if cp.governor:
-            want[f"cpu/{cp.cpu}/scaling_governor"] = cp.governor
-        if cp.min_freq:
-            want[f"cpu/{cp.cpu}/scaling_min_freq"] = cp.min_freq
-        if cp.epp:
-            want[f"cpu/{cp.cpu}/energy_performance_preference"] = cp.epp
-    return want
-
-
-def _ancestors(path: str) -> list[str]:
-    """ "/a/b" -> ["/", "/a", "/a/b"]."""
-    parts = [p for p in path.split("/") if p]
-    return ["/"] + ["/" + "/".join(parts[: n + 1]) for n in range(len(parts))]
-
-
-def _depth(path: str) -> tuple[int, str]:
-    return len([p for p in path.split("/") if p]), path
-
-
-def desired_for_tasks(
-    task_plans: Iterable[TaskPlan],
-    numa_plans: Iterable[NumaPlan] = (),
-    held: frozenset[int] | set[int] = frozenset(),
-) -> dict[str, object]:
-    """The knob values of these threads' plans (and their processes' NUMA placement), less the
-    cpuset of the threads in ``held`` (tids: a join that waits, ``hostd.agent.incremental``)."""
-    want: dict[str, object] = {}
-    for tp in task_plans:
-        if tp.cpuset is not None and tp.tid not in held:
-            want[knobs.task_key(tp.tid, tp.start_time, "cpuset")] = tp.cpuset
-        if tp.affinity is not None:
-            want[knobs.task_key(tp.tid, tp.start_time, "affinity")] = format_cpulist(tp.affinity)
-        if tp.policy is not None:
-            want[knobs.task_key(tp.tid, tp.start_time, "sched")] = [
-                tp.policy,
-                tp.priority or 0,
-                tp.reset_on_fork,
-            ]
-        if tp.nice is not None:
-            want[knobs.task_key(tp.tid, tp.start_time, "nice")] = tp.nice
-        if tp.group_nice is not None:
-            want[knobs.task_key(tp.tid, tp.start_time, "autogroup")] = tp.group_nice
-    for np_ in numa_plans:
-        want[knobs.task_key(np_.pid, np_.start_time, "numa")] = [np_.node, np_.method]
-    return want
-
-
-class Observed:
-    """Task knob values already known from the snapshot (saves a syscall per thread), looked
-    up by knob key. Built per lookup rather than as a dict of every thread's keys: at 100k
-    threads that dict was 300k key strings and values, the agent's peak memory."""
-
-    def __init__(self, tasks: Iterable[Task]) -> None:
-        self.tasks = {t.tid: t for t in tasks}
-
-    def task(self, key: str) -> Task | None:
-        """The thread of a task key, if the snapshot holds that same thread."""
-        if not key.startswith("task/"):  # (knobs.is_task_key, inline: a few per thread)
-            return None
-        tid, start = knobs.parse_task_key(key)
-        t = self.tasks.get(tid)
-        return t if t is not None and t.start_time == start else None
-
-    def get(self, key: str, default: object = None) -> object:
-        t = self.task(key)
-        return default if t is None else self.value(t, key, default)
-
-    @staticmethod
-    def value(t: Task, key: str, default: object = None) -> object:
-        """The value of one of thread ``t``'s knobs, as far as the snapshot knows it."""
-        kind = key[key.rfind("/") + 1 :]  # a task key's kind is its last part
-        if kind == "affinity":
-            return format_cpulist(t.affinity)
-        if kind == "nice":
-            return t.nice
-        if kind == "sched" and t.policy in POLICY_NAMES:
-            # /proc/PID/stat does not show reset-on-fork: None means "unknown, read it". The
-            # policies hostd sets only; deadline and ext threads are read if wanted.
-            return [POLICY_NAMES[t.policy], t.rt_priority, None]
-        return default
-
-
-def same(current: object, wanted: object) -> bool:
-    """Whether a knob holds what is wanted; a None in a list read from /proc: not known."""
-    if current == wanted:
-        return True
-    if type(current) is not list or type(wanted) is not list or len(current) != len(wanted):
-        return False
-    # a loop, not all() over a generator: half the time (a new thread's policy, each)
-    for c, w in zip(current, wanted, strict=True):  # noqa: SIM110
-        if c is not None and c != w:
-            return False
-    return True
 
 
 def _sessions(snapshot: Observed | None) -> set[int]:
@@ -188,12 +85,6 @@ def _sessions(snapshot: Observed | None) -> set[int]:
     if snapshot is None:
         return set()
     return {t.process.session for t in snapshot.tasks.values()}
-
-
-def _outcome(exc: HostError) -> str:
-    if exc.errno == errno.EOPNOTSUPP:
-        return "unsupported"
-    return exc.outcome
 
 
 @dataclass
@@ -397,127 +288,3 @@ def finish(
 
 
 _UNKNOWN = object()
-
-
-def task_records(
-    journal: Journal, tasks: Iterable[tuple[int, int]], kinds: tuple[str, ...] = TASK_KINDS
-) -> list[str]:
-    """The journal's keys for these (tid, start_time) threads (``knobs.task_key``, a thread's
-    prefix built once: a storm's exits ask this for thousands of threads a second)."""
-    records = journal.records
-    return [
-        key
-        for tid, start in tasks
-        for prefix in (f"task/{tid}@{start}/",)
-        for kind in kinds
-        if (key := prefix + kind) in records
-    ]
-
-
-def _restore_order(keys: list[str]) -> list[str]:
-    """Reverse journal order within each ``Spec.restore_phase``: a demoted session's inherited
-    values first, threads rejoin their cgroup before their affinity is restored (joining a
-    cpuset resets affinity), cgroups go last (once empty) and the v2 controller after them."""
-    return sorted(reversed(keys), key=lambda key: knobkinds.spec_of(key).restore_phase)
-
-
-LEFT = "changed by someone else since hostd wrote it: left as is"
-
-
-def changed_since(current: object, wrote: tuple | None) -> bool:
-    """Whether a knob's value is none hostd wrote to it (``Record.wrote``): someone else changed
-    it since, and a restore leaves it (unknown, None or (): never said)."""
-    return bool(wrote) and not any(same(current, value) for value in wrote or ())
-
-
-DONE = ("restored", "left", "gone")  # the outcomes of a record that is closed
-
-
-def restore_keys(host: Host, journal: Journal, keys: list[str]) -> list[Result]:
-    if not keys:  # (every event pass asks)
-        return []
-    results = []
-    done = []
-    # the boot tick of a wall-clock time (a record's), for ``knobs.RECORDED_AT``
-    boot_wall = time.time() - host.ticks_now() / CLK_TCK
-    for key in _restore_order(keys):
-        orig = journal.original(key)
-        record = journal.records.get(key)
-        knobs.RECORDED_AT.set(
-            None if record is None else int((record.time - boot_wall) * CLK_TCK) + CLK_TCK
-        )
-        try:
-            current = knobkinds.read(host, key)
-            wrote = None if record is None else record.wrote
-            if same(current, orig):
-                results.append(Result(key, "restored", orig, "already at its original"))
-            elif changed_since(current, wrote):
-                results.append(Result(key, "left", current, LEFT))
-            else:
-                knobkinds.write(host, key, orig)
-                results.append(Result(key, "restored", orig))
-            done.append(key)
-        except HostError as exc:
-            outcome = _outcome(exc)
-            if outcome == "gone":
-                done.append(key)
-            results.append(Result(key, outcome, orig, str(exc)))
-    knobs.RECORDED_AT.set(None)
-    journal.done(done)
-    return results
-
-
-def restore(host: Host, journal: Journal) -> PassReport:
-    """Put back every knob in the journal, then what threads inherited from the threads hostd
-    changed; idempotent (a second run finds nothing to do)."""
-    heirs = [rec for rec in journal.records.values() if rec.inherit]
-    report = PassReport(restore_keys(host, journal, journal.recorded()))
-    report.results += sweep_inherited(host, heirs)
-    journal.compact()
-    return report
-
-
-def sweep_inherited(host: Host, records: list) -> list[Result]:
-    """Threads that inherited a value hostd wrote get the original back: for each record
-    (``Record.inherit``: what hostd wrote, the thread's session and the boot tick then), every
-    thread started since that tick in that session, or in a process descending from one of
-    its processes, whose value is still what hostd wrote. (A thread hostd also changed itself
-    was restored to what it had, which is that inherited value: it is put back here too.)
-    After a crash as after a stop: ``hostd restore`` runs this as well."""
-    if not records:
-        return []
-    procs = {pid: (st.ppid, st.session) for pid, st in host.processes().items()}
-    # Per session and kind, what hostd wrote -> (the earliest tick it wrote it, the original,
-    # the thread it wrote it to): one read per thread and kind, whatever the number of records.
-    wrote: dict[int, dict[str, dict[str, tuple[int, object, int]]]] = {}
-    for rec in records:
-        kind = knobkinds.kind_of(rec.key)
-        to = json.dumps(rec.inherit["to"])
-        own, _ = knobs.parse_task_key(rec.key)
-        by_to = wrote.setdefault(rec.inherit["sid"], {}).setdefault(kind, {})
-        tick = rec.inherit["tick"]
-        if to not in by_to or tick < by_to[to][0]:
-            by_to[to] = (tick, rec.orig, own)
-    results: list[Result] = []
-    for sid, by_kind in wrote.items():
-        for pid in sorted(session_members(procs, sid)):
-            for entry in host.listdir(paths.proc(pid, "task")):
-                tid = int(entry)
-                start = host.start_time(tid)
-                if start is None:
-                    continue
-                for kind, by_to in by_kind.items():
-                    key = knobs.task_key(tid, start, kind)
-                    try:
-                        current = knobkinds.read(host, key)
-                        if isinstance(current, list) and kind == "sched":
-                            current = [*current[:2], False]  # a child's reset flag is off
-                        hit = by_to.get(json.dumps(current))
-                        if hit is None or start < hit[0] or tid == hit[2]:
-                            continue
-                        knobkinds.write(host, key, hit[1])
-                        results.append(Result(key, "restored", hit[1], f"inherited from {hit[2]}"))
-                    except HostError as exc:
-                        if _outcome(exc) != "gone":
-                            results.append(Result(key, _outcome(exc), None, str(exc)))
-    return results

@@ -248,7 +248,7 @@ def test_status_says_what_is_true_and_exits_by_it(tmp_path, state, records, code
 
 
 def test_status_says_a_persisted_switch():
-    from hostd.cli.agent import agent_state
+    from hostd.cli.status import agent_state
 
     st = {"state": "disabled", "journal": {"records": 0}}
     assert agent_state(st, 42, True)[:2] == ("disabled", 5)

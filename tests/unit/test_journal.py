@@ -9,6 +9,7 @@ import threading
 import time
 
 import hostd.journal as journal_module
+import hostd.journal.compaction as compaction_module
 from hostd.journal import Journal
 
 
@@ -91,7 +92,7 @@ class HeldSync:
     def __init__(self, monkeypatch, error: OSError | None = None) -> None:
         self.go = threading.Event()
         self.error = error
-        real = journal_module._sync_and_close
+        real = compaction_module._sync_and_close
 
         def held(fd: int) -> None:
             self.go.wait(10)
@@ -100,7 +101,7 @@ class HeldSync:
                 raise self.error
             real(fd)
 
-        monkeypatch.setattr(journal_module, "_sync_and_close", held)
+        monkeypatch.setattr(compaction_module, "_sync_and_close", held)
 
     def release(self) -> None:
         self.go.set()

@@ -84,3 +84,15 @@ def test_the_path_check_finds_what_it_looks_for():
         ]
     )
     assert _kernel_paths(src) == [(2, "proc/1/stat"), (3, "sys/devices/")]
+
+
+MAX_LINES = 450  # a module a newcomer reads in one sitting (issue 45); a bigger one is split
+
+
+def test_no_module_is_over_450_lines():
+    big = {
+        str(path.relative_to(REPO)): n
+        for path in sorted((REPO / "hostd").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert big == {}, f"split these along their seams (DESIGN.md): {big}"

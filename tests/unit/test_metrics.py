@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hostd.agent import Agent, metrics
+from hostd.agent import Agent, metrics, metrics_http
 from hostd.host import Host
 from hostd.policy import PolicyError, parse_policy
 from hostd.reconcile import PassReport
@@ -138,7 +138,7 @@ def test_idle_connections_cannot_take_the_agents_descriptors(tmp_path):
 
 def test_a_connection_past_its_deadline_is_ended(tmp_path, monkeypatch):
     """A client that sends a byte now and then (each read within IDLE_S) is ended at DEADLINE_S."""
-    monkeypatch.setattr(metrics, "DEADLINE_S", 0.0)
+    monkeypatch.setattr(metrics_http, "DEADLINE_S", 0.0)
     agent = _observer(tmp_path)
     agent.exporter.start()
     try:
@@ -157,8 +157,8 @@ def test_out_of_descriptors_the_accept_loop_waits(monkeypatch):
     """At EMFILE the listener stays readable: socketserver would retry at once, a busy loop (95 %
     of a CPU). The server waits a moment after each such failure, and raises it (dropped)."""
     slept = []
-    monkeypatch.setattr(metrics.time, "sleep", slept.append)
-    server = metrics._Server(("127.0.0.1", 0), metrics._Handler)
+    monkeypatch.setattr(metrics_http.time, "sleep", slept.append)
+    server = metrics_http.Server(("127.0.0.1", 0), metrics_http.Handler)
     listener = server.socket
 
     def emfile():

@@ -183,7 +183,7 @@ def test_a_layer_the_pool_cannot_feed_is_not_asked_for_again(tmp_path):
 def test_status_and_top_say_each_resize_and_the_attempts():
     import time
 
-    from hostd.cli.agent import attempt_lines, sizing_lines
+    from hostd.cli.status import attempt_lines, sizing_lines
 
     sizing = {
         "layers": {"data": {"cpus": 4, "why": "grow: 95% busy over 1 s, above 80%", "util": []}},
