@@ -26,7 +26,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Sampler:
     def __init__(self, loop: WatchLoop) -> None:
         self.loop = loop
-        self.cpu: dict[int, tuple[int, int]] = {}  # pid -> (start time, CPU ticks)
+        # pid -> (start time, its threads' CPU ticks, its reaped children's, its parent)
+        self.cpu: dict[int, tuple[int, int, int, int]] = {}
+        # parents that have a child hostd saw alive to reap: its time is not theirs (``sample``)
+        self.reaping: set[int] = set()
         self.cpu_ticks = 0  # boot ticks when ``cpu`` was read
         self.shares: dict[int, float] = {}  # CPUs each process used over the last tick
         self.own_sid = os.getsid(0)
@@ -34,13 +37,15 @@ class Sampler:
     def clear(self) -> None:
         """Nothing watched: the next sample starts afresh."""
         self.cpu.clear()
+        self.reaping.clear()
         self.cpu_ticks = 0
 
     def sample(self, rt: set[Key]) -> tuple[list[Sample], dict[int, list[int]], dict[int, float]]:
         """Schedstat samples of the threads worth a look, every session's processes, and the
         CPUs each session's preemptible processes used since the last tick (their own CPU time
         and their reaped children's: a compiler that lived a tenth of a second shows in its
-        parent's)."""
+        parent's). Not the reaped time of a child hostd saw alive: it was that child's, counted
+        (or not, a rank's) where it ran; a launcher that reaps its ranks is not busy for it."""
         agent = self.loop.agent
         cache, host, demoted = agent.cache, agent.host, self.loop.watch.demoted
         counted = self.loop.watch.counted
@@ -48,11 +53,16 @@ class Sampler:
         sessions: dict[int, list[int]] = {}
         used: dict[int, float] = {}
         looked: list[int] = []
-        cpu: dict[int, tuple[int, int]] = {}
+        cpu: dict[int, tuple[int, int, int, int]] = {}
         shares: dict[int, float] = {}  # CPUs each process used since the last tick
         now_ticks = host.ticks_now()
         since = self.cpu_ticks  # boot ticks at the last tick (0: none yet)
         span = (now_ticks - since) / CLK_TCK if since else 0.0
+        reaping = self.reaping
+        for pid, (start, _, _, ppid) in self.cpu.items():
+            now = cache.procs.get(pid)
+            if now is None or now.start_time != start:
+                reaping.add(ppid)  # it reaps (or has reaped) a child hostd saw alive
         for pid, proc in cache.procs.items():
             if proc.is_kthread or pid in agent.exclude:
                 continue
@@ -61,20 +71,23 @@ class Sampler:
             if got is None:
                 continue
             state, ticks, reaped = got
-            total = ticks + reaped
             prev = self.cpu.get(pid)
-            cpu[pid] = (proc.start_time, total)
+            cpu[pid] = (proc.start_time, ticks, reaped, proc.ppid)
             same = prev is not None and prev[0] == proc.start_time
-            ran = same and total != prev[1]
+            ran = same and (ticks, reaped) != prev[1:3]
             if ran or state == "R" or proc.session in demoted or pid in rt_pids:
                 looked.append(pid)
-            if span <= 0:
-                continue
             if same:
-                delta = total - prev[1]
-            elif proc.start_time >= since:  # born since the last tick: all of it is new
-                delta = total
+                grown = reaped - prev[2]
+                if grown > 0 and pid in reaping:
+                    reaping.discard(pid)  # the known child's time: not this process's
+                    grown = 0
+                delta = ticks - prev[1] + grown
+            elif span > 0 and proc.start_time >= since:  # born since the last tick: all new
+                delta = ticks + reaped
             else:
+                continue
+            if span <= 0:
                 continue
             if delta <= 0:
                 continue
@@ -83,6 +96,7 @@ class Sampler:
             if item is not None and item.layer in counted:
                 used[proc.session] = used.get(proc.session, 0.0) + shares[pid]
         self.cpu, self.shares = cpu, shares
+        reaping.intersection_update(cpu)  # (a parent gone with its child)
         self.cpu_ticks = now_ticks
         samples: list[Sample] = []
         for pid in looked:

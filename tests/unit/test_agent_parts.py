@@ -595,3 +595,40 @@ def test_the_agent_raises_its_priority_only_while_a_storm_waits(agent, monkeypat
     agent.raised, agent.calm_nice = False, -15  # started below [agent] nice: never raised above
     loop.pace(agent, True, 300.0)
     assert set_to == [nice, 0, nice]
+
+
+def test_a_parent_is_not_busy_with_the_time_of_a_child_it_reaps_that_hostd_saw(agent, monkeypatch):
+    """A launcher that reaps its ranks gets their CPU time as its own (proc(5): cutime): that
+    time was theirs, counted where they ran (a rank's not at all), so the launcher is not busy
+    for it (it was demoted at the end of a job for "18.70 CPUs"); a child hostd never saw (a
+    compiler that lived less than a tick) still counts for its parent."""
+    from hostd.agent.sampling import CLK_TCK
+
+    agent.pass_once()
+    sampler, procs = agent.watcher.sampler, agent.cache.procs
+    launcher = procs[RANK].ppid
+    assert launcher in procs
+    cpu = {pid: ("S", 0, 0) for pid in procs}
+    now = [10_000]
+    monkeypatch.setattr(agent.host, "process_cpu", lambda pid: cpu.get(pid))
+    monkeypatch.setattr(agent.host, "ticks_now", lambda: now[0])
+
+    def tick(**ran: int) -> dict[int, float]:
+        now[0] += CLK_TCK  # a second
+        for pid, ticks in ((RANK, ran.get("rank", 0)), (launcher, 0)):
+            if pid in cpu:
+                state, own, reaped = cpu[pid]
+                cpu[pid] = (
+                    state,
+                    own + ticks,
+                    reaped + (ran.get("reaped", 0) if pid == launcher else 0),
+                )
+        sampler.sample(set())
+        return sampler.shares
+
+    sampler.sample(set())  # the first look: nothing to compare with
+    assert tick(rank=2 * CLK_TCK).get(RANK) == 2.0  # the rank ran on 2 CPUs
+    del procs[RANK], cpu[RANK]  # it exits; its parent has not reaped it yet
+    assert launcher not in tick()
+    assert launcher not in tick(reaped=3 * CLK_TCK)  # reaped now: the rank's time, not its
+    assert tick(reaped=CLK_TCK // 2).get(launcher) == 0.5  # a child it never showed: its
