@@ -89,7 +89,7 @@ ARMS = (
     "node+hostd+bycap",
 )  # fmt: skip
 # What each variant of the shipped policy changes in it: (its line, the variant's lines).
-WEIGH = b'weigh = ["container", "pod"]\n'
+WEIGH = b'weigh = ["container"]\n'
 NEEDED = b'weigh_job = "while-needed"\n'
 VARIANTS = {
     "+unweighed": [(WEIGH, b"weigh = []\n"), (NEEDED, b'weigh_job = "always"\n')],

@@ -159,8 +159,8 @@ def node():
     [(False, False), (True, False), (True, True)],
     ids=[
         "no writes",
-        "write containers and pods",
-        "write containers and pods, kill -9 and restore",
+        "weigh containers and pods",
+        "weigh containers and pods, kill -9 and restore",
     ],
 )
 def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, crash):
@@ -171,7 +171,7 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
     cgroups yield, and get their weight back at the stop). After the stop (or ``kill -9`` and
     ``hostd restore``) every thread, session and cgroup is as before."""
     policy = tmp_path / "node.toml"
-    write_kinds = '\n[cgroups]\nweigh = ["container", "pod"]\n'  # the shipped policy's
+    write_kinds = '\n[cgroups]\nweigh = ["container", "pod"]\n'  # (the shipped: "container")
     policy.write_text(POLICY + (write_kinds if write else "\n[cgroups]\nwrite = []\n"))
     before = node.state()
     agent = Agent(tmp_path, 1, policy=policy)  # the whole host: scoped below init
