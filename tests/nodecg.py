@@ -7,12 +7,15 @@ shared; ``join`` moves the calling process in (a child between fork and exec, as
 and slurmstepd place what they start); ``remove`` moves what is left to the hierarchy's root and
 removes what it made, deepest first. ``bundle`` writes a container's OCI spec where containerd's
 CRI plugin keeps it, with the pod's namespace; the caller makes sure no containerd keeps that
-folder.
+folder. ``contain`` gives the calling process what a pod's container gets from its runtime: a
+network namespace of its own (unless the pod has the host's network) and containerd's default
+capability bounding set (no CAP_SYS_ADMIN).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import time
 import uuid
@@ -34,6 +37,26 @@ def pod_path(qos: str, container: str) -> str:
         f"/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
         f"cri-containerd-{container}.scope"
     )
+
+
+# containerd's default capabilities (its oci.defaultUnixCaps): CHOWN, DAC_OVERRIDE, FOWNER,
+# FSETID, KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
+# AUDIT_WRITE, SETFCAP
+DEFAULT_CAPS = frozenset((0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31))
+CLONE_NEWNET, PR_CAPBSET_DROP = 0x40000000, 24
+
+
+def contain(host_network: bool = False) -> None:
+    """Make the calling process (a child between fork and exec) look as a pod's container does
+    to the kernel: its own network namespace unless ``host_network`` (``hostNetwork: true``),
+    and a bounding set of containerd's default capabilities only."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not host_network and libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+    last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        if cap not in DEFAULT_CAPS and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
 
 
 def bundle(container: str, namespace: str, pod: str = "") -> Path:

@@ -87,6 +87,7 @@ class Status:
     cpus_allowed: frozenset[int]
     voluntary_ctxt_switches: int
     nonvoluntary_ctxt_switches: int
+    cap_bnd: int = 0  # the capability bounding set (CapBnd), a bit per capability
 
 
 def parse_status(text: str) -> Status:
@@ -105,6 +106,7 @@ def parse_status(text: str) -> Status:
         cpus_allowed=parse_cpulist(fields.get("Cpus_allowed_list", "")),
         voluntary_ctxt_switches=int(fields.get("voluntary_ctxt_switches", "0")),
         nonvoluntary_ctxt_switches=int(fields.get("nonvoluntary_ctxt_switches", "0")),
+        cap_bnd=int(fields.get("CapBnd", "0"), 16),
     )
 
 

@@ -279,6 +279,14 @@ class HostThreads(HostFiles):
             self._pods[container] = found
         return found
 
+    def netns(self, pid: int) -> int | None:
+        """The inode of process ``pid``'s network namespace (/proc/PID/ns/net: the kernel's id
+        of it), or None when it is gone or this tree has none."""
+        try:
+            return os.stat(self._prefix + paths.proc(pid, "ns/net")).st_ino
+        except OSError:
+            return None
+
     def login_of(self, session: str) -> tuple[str, bool, int | None] | None:
         """(PAM service, has a terminal, uid) of logind's login session ``session``, or None."""
         if not session.isalnum():

@@ -8,8 +8,10 @@ unit, a login session, a user's own manager, a container, a Kubernetes pod's con
 QoS class and pod uid), a Slurm step, the root cgroup. ``Place.with_pod`` and
 ``Place.with_login`` add what the managers' own state files say (the pod's namespace and name
 from the container runtime's OCI bundle; the login's service and terminal from logind), read
-by ``hostd.host``. Pure: no I/O; the policy's ``node``, ``unit``, ``pod_namespace``,
-``pod_qos``, ``static_pod`` and ``login_service`` predicates and ``[preempt] keep_*`` read it.
+by ``hostd.host``; ``Place.with_host_access`` what the kernel says of a pod's process
+(``host_access``: it runs in the host's network namespace, or may hold CAP_SYS_ADMIN). Pure: no
+I/O; the policy's ``node``, ``unit``, ``pod_namespace``, ``pod_qos``, ``static_pod`` and
+``login_service`` predicates and ``[preempt] keep_*`` read it.
 
 Why a user cannot forge it: only root, or the manager a subtree is delegated to, makes
 cgroups, and a path is read from the root down. The first delegation boundary met decides: a
@@ -17,7 +19,11 @@ user's own manager (``user@UID.service``), a container, a pod's container or a S
 owns everything below it, whatever names it made there (a rootless container, a
 ``system.slice`` inside a container, a ``kubepods`` below a user's manager). The state files
 are root's, written by containerd, CRI-O, dockerd and logind; a pod's namespace is what the
-Kubernetes API admitted.
+Kubernetes API admitted. A pod's host access is the kernel's: a process in a pod's cgroup
+shares the host's network namespace, or has CAP_SYS_ADMIN in its bounding set, only where the
+pod was admitted with ``hostNetwork`` or ``privileged`` (what Kubernetes' baseline Pod Security
+Standard forbids: the node's agents, CNI, kube-proxy, exporters, device plugins, run so), or
+where a process already holding CAP_SYS_ADMIN on the host moved it there.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ KINDS = {
 }
 QOS = ("guaranteed", "burstable", "besteffort")
 HEX64 = re.compile(r"[0-9a-f]{64}")
+CAP_SYS_ADMIN = 21
+KTHREADD = 2  # the kernel's thread of threads: it runs in the host's network namespace (init_net)
 # hostd's own cgroup for demoted processes of the root cgroup (``hostd.sched.group``): its
 # processes are the root cgroup's.
 DEMOTED_HOME = "/hostd.demoted"
@@ -67,9 +75,14 @@ class Place:
     static: bool = False  # a static pod (the kubelet's manifests, config.source "file")
     login: str = ""  # the PAM service of a login ("sshd", "cron", "login", ...)
     login_tty: bool = False  # logind gave the login a terminal
+    # From the kernel (``host_access``): what makes a pod's container one of the node's agents
+    host_access: str = ""  # "host network", "privileged" or ""
 
     def with_pod(self, namespace: str, pod: str, static: bool = False) -> Place:
         return replace(self, namespace=namespace, pod=pod, static=static)
+
+    def with_host_access(self, access: str) -> Place:
+        return replace(self, host_access=access) if access else self
 
     def with_login(self, service: str, tty: bool) -> Place:
         return replace(self, login=service, login_tty=tty)
@@ -78,7 +91,10 @@ class Place:
         """One line for ``hostd explain``: "pod kube-system/calico-node-x (burstable)"."""
         if self.kind == "pod":
             who = f"{self.namespace}/{self.pod}" if self.namespace else f"uid {self.pod_uid}"
-            return f"pod {who} ({self.qos}{', static' if self.static else ''})"
+            extra = (", static" if self.static else "") + (
+                f", {self.host_access}" if self.host_access else ""
+            )
+            return f"pod {who} ({self.qos}{extra})"
         if self.kind == "container":
             return f"container of {self.runtime} {self.container[:12] or self.unit}"
         if self.kind == "login":
@@ -89,6 +105,20 @@ class Place:
         if self.kind == "user":
             return f"user {self.uid}'s own manager"
         return f"{self.kind} {self.unit}".rstrip()
+
+
+def host_access(netns: int | None, host_netns: int | None, cap_bnd: int) -> str:
+    """What a pod's process may reach of the host, as the kernel says: "host network" where its
+    network namespace is the host's (``netns``: the inode of /proc/PID/ns/net; ``host_netns``:
+    kthreadd's, ``KTHREADD``, which like every kernel thread runs in the host's; PID 1's may be
+    unreadable, as in a micro-VM whose init is a sandbox), "privileged" where its bounding set
+    holds CAP_SYS_ADMIN (a container's runtime drops it unless the pod is privileged or asked
+    for it), else "". Unknown namespaces (a fixture tree) say nothing."""
+    if netns is not None and netns == host_netns:
+        return "host network"
+    if cap_bnd >> CAP_SYS_ADMIN & 1:
+        return "privileged"
+    return ""
 
 
 KERNEL = Place("kernel")

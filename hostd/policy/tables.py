@@ -117,6 +117,11 @@ class Preempt:
         INFRA_NAMESPACES, type="words", doc="Kubernetes namespaces whose pods are never demoted"
     )
     keep_static_pods: bool = key(True, type="bool", doc="static pods are never demoted")
+    keep_node_agents: bool = key(
+        True, type="bool",
+        doc="pods whose processes run in the host's network namespace or may hold CAP_SYS_ADMIN "
+        "(hostNetwork, privileged: the node's agents, in any namespace) are never demoted",
+    )  # fmt: skip
     keep_units: tuple[str, ...] = key(
         (), type="words", doc='systemd units never demoted (shell-style patterns: "run-ansible-*")'
     )

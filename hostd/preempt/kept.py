@@ -25,6 +25,8 @@ def why_place_kept(where: Place, keep: Preempt) -> str | None:
             return f"node infrastructure: {where.line()} ([preempt] keep_namespaces)"
         if where.static and keep.keep_static_pods:
             return f"node infrastructure: static {where.line()} ([preempt] keep_static_pods)"
+        if where.host_access and keep.keep_node_agents:
+            return f"a node agent: {where.line()} ([preempt] keep_node_agents)"
     if where.unit and any(fnmatchcase(where.unit, pattern) for pattern in keep.keep_units):
         return f"{where.line()} ([preempt] keep_units)"
     if where.kind == "login" and where.uid in keep.keep_logins_of:

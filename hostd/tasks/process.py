@@ -24,7 +24,7 @@ from hostd.host.parsers import (
 )
 from hostd.model.cpus import home_of
 from hostd.model.jobs import environ_vars, job_of
-from hostd.model.node import KERNEL, Place, place
+from hostd.model.node import KERNEL, KTHREADD, Place, host_access, place
 from hostd.model.tasks import (
     GPU_DEVICE_PREFIXES,
     RENDER_PREFIX,
@@ -124,7 +124,7 @@ def _read_process(
             env = environ_vars(host.read_bytes(paths.proc(pid, "environ")) or b"")
         except OSError:
             env = ()
-        node = node_of(host, cgroup)
+        node = node_of(host, cgroup, pid, creds.cap_bnd)
     proc = Process(
         pid=pid,
         start_time=stat.start_time,
@@ -146,12 +146,18 @@ def _read_process(
     return proc, creds.uid, creds.gid
 
 
-def node_of(host: Host, cgroup: str) -> Place:
-    """What a process whose home cgroup is ``cgroup`` is on the node (``hostd.model.node``):
-    its path, and for a pod's container or a login what their managers' records say."""
+def node_of(host: Host, cgroup: str, pid: int = 0, cap_bnd: int = 0) -> Place:
+    """What process ``pid``, whose home cgroup is ``cgroup``, is on the node
+    (``hostd.model.node``): its path, for a pod's container or a login what their managers'
+    records say, and for a pod's process what the kernel says it may reach of the host
+    (``cap_bnd``: its bounding set, from its status)."""
     where = place(cgroup)
-    if where.kind == "pod" and where.container:
-        pod = host.pod_of(where.container)
+    if where.kind == "pod":
+        if pid > 0:
+            where = where.with_host_access(
+                host_access(host.netns(pid), host.netns(KTHREADD), cap_bnd)
+            )
+        pod = host.pod_of(where.container) if where.container else None
         if pod is not None:
             return where.with_pod(*pod)
     elif where.kind == "login":

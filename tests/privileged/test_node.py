@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.agentproc import wait_for
-from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path
+from tests.nodecg import CONTAINERD, Cgroup, bundle, contain, hexid, pod_path
 from tests.privileged.test_agent import AUTOGROUPS
 from tests.privileged.test_preempt import HOSTD, Agent, _autogroup, _policy
 
@@ -79,7 +79,7 @@ class Node:
     """The stand-in node: name -> (cgroup path, uid, demoted or kept by the default rules)."""
 
     def __init__(self) -> None:
-        infra, work = hexid(), hexid()
+        infra, work, agent = hexid(), hexid(), hexid()
         self.layout: dict[str, tuple[str, int, bool]] = {
             "container": (f"/system.slice/docker-{hexid()}.scope", 0, True),
             "transient": ("/system.slice/run-u4242.service", 0, True),
@@ -92,28 +92,35 @@ class Node:
         self.procs: dict[str, subprocess.Popen] = {}
         self.job: subprocess.Popen | None = None
         self.made_runtime = not CONTAINERD.parent.exists()
-        self.infra, self.work = infra, work
+        self.infra, self.work, self.agent = infra, work, agent
 
     def start(self) -> None:
         """Start every process in its place (``close`` undoes what was started, also when this
         stops half-way)."""
-        infra, work = self.infra, self.work
+        infra, work, agent = self.infra, self.work, self.agent
         if self.made_runtime:
             try:
-                self.bundles = [bundle(infra, "kube-system"), bundle(work, "team-a")]
+                self.bundles = [
+                    bundle(infra, "kube-system"), bundle(work, "team-a"),
+                    bundle(agent, "monitoring", "node-exporter-x7"),
+                ]  # fmt: skip
             except OSError:  # /run is not ours to write here (a read-only root): no pods
                 self.made_runtime = False
             else:
                 self.layout["infra-pod"] = (pod_path("burstable", infra), 0, False)
                 self.layout["workload-pod"] = (pod_path("besteffort", work), 0, True)
+                # a DaemonSet's agent in a namespace the policy does not list: hostNetwork
+                self.layout["agent-pod"] = (pod_path("burstable", agent), 0, False)
         for name, (path, _, _) in self.layout.items():
             self.cgroups[name] = Cgroup(path)
         self.job = subprocess.Popen([PYTHON, "-c", BUSY, "tjob"], start_new_session=True)
         for name, (_, uid, _) in self.layout.items():
             cg = self.cgroups[name]
 
-            def place(cg=cg, uid=uid) -> None:
+            def place(cg=cg, uid=uid, name=name) -> None:
                 cg.join()
+                if name.endswith("-pod"):
+                    contain(host_network=name == "agent-pod")
                 if uid:
                     os.setgid(uid)
                     os.setuid(uid)
@@ -166,12 +173,13 @@ def node():
 def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, crash):
     """The default rules on a node of every kind: a container under system.slice, a systemd-run
     unit, another user's login and a workload pod are demoted (SCHED_IDLE, autogroup nice 19);
-    a system service, root's login and a kube-system pod are not. No cgroup of theirs is
+    a system service, root's login, a kube-system pod and a node agent's pod (the host's
+    network, in a namespace the policy does not list) are not. No cgroup of theirs is
     written unless ``[cgroups] weigh`` names its kind (then the container's and the pod's
     cgroups yield, and get their weight back at the stop). After the stop (or ``kill -9`` and
     ``hostd restore``) every thread, session and cgroup is as before."""
     policy = tmp_path / "node.toml"
-    write_kinds = '\n[cgroups]\nweigh = ["container", "pod"]\n'  # (the shipped: "container")
+    write_kinds = '\n[cgroups]\nweigh = ["container", "pod"]\n'  # (as the shipped policy)
     policy.write_text(POLICY + (write_kinds if write else "\n[cgroups]\nwrite = []\n"))
     before = node.state()
     agent = Agent(tmp_path, 1, policy=policy)  # the whole host: scoped below init
@@ -203,11 +211,12 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
         wait_for(said, "status.json lists the demoted sessions", agent, PATIENCE)
     finally:
         log = agent.stop(signal.SIGKILL if crash else signal.SIGTERM)
+        if crash:  # (also when the test failed above: the host is put back whatever happened)
+            out = subprocess.run(
+                [HOSTD, "restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run)],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
     if crash:
-        out = subprocess.run(
-            [HOSTD, "restore", "--state-dir", str(agent.state), "--run-dir", str(agent.run)],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
         assert out.returncode == 0, out.stdout + out.stderr
     else:
         assert agent.proc.returncode == 0, log

@@ -11,7 +11,7 @@ import pytest
 
 from hostd.host import Host
 from hostd.host.parsers import parse_logind_session, parse_pod_spec
-from hostd.model.node import KINDS, Place, place
+from hostd.model.node import CAP_SYS_ADMIN, KINDS, Place, host_access, place
 from hostd.tasks import node_of
 
 C = "0123456789abcdef" * 4  # a container id (64 hex)
@@ -219,3 +219,26 @@ def test_a_process_is_placed_with_its_managers_records(tmp_path) -> None:
     assert other == place("/user.slice/user-1000.slice/session-4.scope")
     unknown = node_of(host, f"/kubepods/pod{UID}/{'e' * 64}")
     assert unknown.namespace == "" and unknown.kind == "pod"
+    assert pod.host_access == "" and unknown.host_access == ""  # no namespaces in a tree
+
+
+@pytest.mark.parametrize(
+    ("netns", "host_netns", "cap_bnd", "want"),
+    [
+        (4026531840, 4026531840, 0, "host network"),  # hostNetwork: PID 1's namespace
+        (4026532301, 4026531840, 0x00000000A80425FB, ""),  # containerd's default set
+        (4026532301, 4026531840, 0x000001FFFFFFFFFF, "privileged"),  # every capability
+        (4026532301, 4026531840, 1 << CAP_SYS_ADMIN, "privileged"),  # SYS_ADMIN added
+        (None, None, 0, ""),  # a fixture tree: namespaces unknown
+        (None, 4026531840, 0, ""),  # the process is gone
+    ],
+)
+def test_a_pods_host_access_is_the_kernels(netns, host_netns, cap_bnd, want) -> None:
+    assert host_access(netns, host_netns, cap_bnd) == want
+
+
+def test_a_node_agents_pod_says_so() -> None:
+    pod = place(f"/kubepods/burstable/pod{UID}/{'e' * 64}").with_pod("monitoring", "ne-x")
+    assert pod.with_host_access("").line() == "pod monitoring/ne-x (burstable)"
+    agent = pod.with_host_access("host network")
+    assert agent.line() == "pod monitoring/ne-x (burstable, host network)"

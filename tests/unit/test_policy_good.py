@@ -392,9 +392,9 @@ def test_default_policy_layers() -> None:
     assert policy.protected == {"comms", "data", "trainer"}
     assert policy.preemptible == {"compile", "rest"}
     assert policy.preempt == Preempt(weigh_job="while-needed") and policy.guard == Guard()
-    # a busy competing container's cgroup yields (not a pod's: a DaemonSet's agent in a namespace
-    # the policy does not list would be capped too); no cpuset is made inside a job's
-    assert policy.cgroups_weigh == ("container",) and policy.cgroups_write == ()
+    # a busy competing container's or workload pod's cgroup yields (the node's own pods, its
+    # agents among them, are never demoted); no cpuset is made inside a job's
+    assert policy.cgroups_weigh == ("container", "pod") and policy.cgroups_write == ()
 
 
 @pytest.mark.parametrize(

@@ -361,6 +361,17 @@ POD = (
             Preempt(),
             "node infrastructure: static pod",
         ),
+        # a node agent in a namespace the policy does not list: the host's network, privileged
+        (
+            [place(POD).with_host_access("host network").with_pod("monitoring", "node-exp-x")],
+            Preempt(),
+            "a node agent: pod monitoring/node-exp-x (burstable, host network)",
+        ),
+        (
+            [place(POD).with_host_access("privileged").with_pod("team-a", "npd-x")],
+            Preempt(),
+            "a node agent: pod team-a/npd-x (burstable, privileged)",
+        ),
         ([place("/user.slice/user-0.slice/session-9.scope")], Preempt(), "an operator's login"),
         (
             [place("/system.slice/run-u7.service")],
@@ -383,6 +394,11 @@ POD = (
         ([place("/")], Preempt(), None),
         # a policy that keeps less
         ([place("/system.slice/kubelet.service")], Preempt(keep_kinds=()), None),
+        (
+            [place(POD).with_host_access("host network").with_pod("monitoring", "node-exp-x")],
+            Preempt(keep_node_agents=False),
+            None,
+        ),
         ([place("/user.slice/user-0.slice/session-9.scope")], Preempt(keep_logins_of=()), None),
         # any process of the session in a kept place keeps it
         ([place("/"), place("/system.slice/cron.service")], Preempt(), "node infrastructure"),
