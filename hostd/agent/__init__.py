@@ -33,11 +33,14 @@ runs a full pass at once (``hostd enable``/``disable`` use it). Files:
   every full pass and at most once a second otherwise, read by ``hostd status``),
   ``RUN_DIR/disabled`` (present: switched off).
 
-The parts, one job each: ``core`` (``Agent``: the full pass and the event pass), ``loop`` (when
-each is due; start and stop), ``events`` (a burst of events coalesced per thread),
-``incremental`` (the last full plan, kept true thread by thread), ``sources`` (what wakes the
-loop), ``status`` (``status.json``), ``lock`` (one agent per host) and ``watch`` (with
-``sampling``, ``demotion``, ``weights`` and ``guard``).
+The parts, one job each: ``core`` (``Agent``: the full pass and the event pass), ``loop`` (the
+scheduler: when each is due; start and stop), ``parts`` (the periodic parts, each saying when
+it is due and what it does, given only what it needs), ``state`` (what the agent shares with
+them: ``AgentState``), ``events`` (a burst of events coalesced per thread), ``incremental`` (the
+last full plan, kept true thread by thread), ``sources`` (what wakes the loop), ``status``
+(``status.json``), ``lock`` (one agent per host) and ``watch`` (with ``sampling``,
+``demotion``, ``weights`` and ``guard``, which change threads through ``applier``). Only this
+module and ``loop`` import ``core``; the ``Agent`` here is ``core``'s, run by ``loop``.
 
 With ``scope`` (``hostd run --scope-pid PID``) only those processes and their descendants are
 classified and changed: a sandbox for tests. ``sidecar`` (``hostd run --sidecar``) scopes it to
@@ -50,9 +53,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hostd.agent.core import Agent
+from hostd.agent import core, loop
 from hostd.agent.lock import AgentError, agent_pid
 from hostd.agent.status import read_status
+from hostd.reconcile import PassReport
 from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR
 
 __all__ = [
@@ -64,6 +68,13 @@ __all__ = [
     "read_status",
     "summarize",
 ]
+
+
+class Agent(core.Agent):
+    """The agent: its passes and parts (``hostd.agent.core.Agent``), run by its loop."""
+
+    def run(self, once: bool = False) -> PassReport:
+        return loop.run(self, once)
 
 
 def summarize(counts: Counter | dict) -> str:

@@ -20,7 +20,8 @@ history) and ``MAX_FILES`` in all (then the user with the most loses their oldes
 at most ``MAX_LABELLED`` attempts labelled in the metrics (the rest are counted under
 ``training_job="other"``).
 A thread is counted from its first sample (the kernel's counters run from its start); one that
-lived between two samples is not seen.
+lived between two samples is not seen. It reads through the host door and the agent's
+``TaskCache``, with the policy, classifier and mode in force (``AgentState``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from hostd.model.tasks import Task
 from hostd.statedir import UnsafeDir, open_dir, write_atomic
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.state import AgentState
+    from hostd.host import Host
+    from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
 MAX_SAMPLES = 2048
@@ -75,8 +78,8 @@ class Live:
 
 
 class Attempts:
-    def __init__(self, agent: Agent, folder: Path) -> None:
-        self.agent, self.folder = agent, folder
+    def __init__(self, host: Host, cache: TaskCache, state: AgentState, folder: Path) -> None:
+        self.host, self.cache, self.state, self.folder = host, cache, state, folder
         # (uid, attempt) -> its record: the environment that names an attempt is the user's to
         # write, so one user's processes never join another user's attempt
         self.live: dict[tuple[int, str], Live] = {}
@@ -98,7 +101,7 @@ class Attempts:
         if key not in self._who:
             # the rank's command line names the job, the same for all that runs below it
             job = proc.job
-            rank = self.agent.cache.procs.get(job.rank_pid) if job and job.rank_pid else None
+            rank = self.cache.procs.get(job.rank_pid) if job and job.rank_pid else None
             self._who[key] = attempt_of(
                 job, dict(proc.env), proc.cgroup, proc.cmdline,
                 rank_cmdline=rank.cmdline if rank is not None else None,
@@ -135,7 +138,7 @@ class Attempts:
             path = dict(proc.env).get("HOSTD_THROUGHPUT_FILE")
             if path and item.throughput is None:
                 item.throughput = (proc.pid, path)
-        if layer in self.agent.classifier.protects and self.agent.mode == "enforce":
+        if layer in self.state.classifier.protects and self.state.mode == "enforce":
             item.protected_seen = True
 
     def close(self, seconds: float) -> None:
@@ -180,15 +183,16 @@ class Attempts:
                 rec["samples"] = halve(rec["samples"])
             if len(rec["samples"]) <= 2 or now - item.written >= WRITE_EVERY_S:
                 self._write(item)
-        alive = {(p.pid, p.start_time) for p in self.agent.cache.procs.values()}
+        alive = {(p.pid, p.start_time) for p in self.cache.procs.values()}
         self._who = {k: v for k, v in self._who.items() if k in alive}
 
     def _open(self, key: tuple[int, str], ident: Identity, task: Task) -> Live:
-        why = self.agent.classifier.unwanted(task) or (
-            "hostd only observed (mode = observe)" if self.agent.mode != "enforce" else
+        state = self.state
+        why = state.classifier.unwanted(task) or (
+            "hostd only observed (mode = observe)" if state.mode != "enforce" else
             "its threads were in no protecting layer"
         )  # fmt: skip
-        pol = self.agent.policy
+        pol = state.policy
         record = {
             "schema": SCHEMA,
             "job": ident.job,
@@ -199,7 +203,7 @@ class Attempts:
             "protected": False,
             "why": why,
             "policy": {"name": pol.name, "sha256": pol.sha256},
-            "mode": self.agent.mode,
+            "mode": state.mode,
             "start": round(time.time(), 3),
             "end": None,
             "ranks": 0,
@@ -217,7 +221,7 @@ class Attempts:
     def _gpus(self, item: Live) -> list[dict]:
         """The attempt's GPUs (the /dev/nvidiaN its processes hold, and NVML's list of GPU
         processes), labelled as NVIDIA's DCGM exporter labels them."""
-        nvml, _ = self.agent.host.nvml()
+        nvml, _ = self.host.nvml()
         by_minor = {g.minor: g for g in (nvml.gpus if nvml else ())}
         if nvml:
             by_index = {g.index: g.minor for g in nvml.gpus}
@@ -240,7 +244,7 @@ class Attempts:
 
     def _gpu_utilization(self) -> dict[int, float]:
         try:
-            return self.agent.host.gpu_utilization()
+            return self.host.gpu_utilization()
         except Exception:  # NVML's failures are many; a missing value is no fault
             return {}
 
@@ -248,7 +252,7 @@ class Attempts:
         if item.throughput is None:
             return None
         pid, path = item.throughput
-        got = self.agent.host.job_file(pid, path)
+        got = self.host.job_file(pid, path)
         if got is None or now - got[1] > STALE_S:
             return None
         parsed = parse_throughput(got[0])
@@ -274,7 +278,7 @@ class Attempts:
             log.warning("attempts: cannot record in %s: %s", self.folder, exc)
 
     def _ranks(self, item: Live) -> int:
-        procs = self.agent.cache.procs
+        procs = self.cache.procs
         return sum(
             1 for pid in item.pids
             if (p := procs.get(pid)) is not None and p.job is not None and p.job.role == "rank"

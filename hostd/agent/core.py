@@ -1,10 +1,15 @@
 """The pass: observe -> classify -> plan -> diff -> journal -> apply, for the whole host or for
 the threads a batch of events names.
 
-``Agent`` holds the parts (``Incremental``, ``StatusFile``, ``Sources``, ``WatchLoop``) and runs
-the two passes; ``hostd.agent.loop`` runs them when they are due. Everything it reads and
-writes goes through its ``Host``: a fixture tree with fake thread calls runs a whole pass
-without root (tests/unit/test_agent_parts.py).
+``Agent`` runs the two passes and the actions its parts call for (a re-layer, its redo, cpuset
+joins, a relook, closing exited threads' records, the status file). It builds its parts once,
+each with only what it needs (never the agent): ``Incremental``, ``StatusFile``, ``Sources``,
+``WatchLoop``, ``LayerStats``, ``Sizer``, ``Attempts``, the exporter and the periodic parts of
+``hostd.agent.parts`` (``parts``, in ``parts.ORDER``), sharing an ``AgentState`` (the policy,
+mode and switch in force). ``hostd.agent.loop`` runs the passes and the parts when they are due;
+this module never imports it. Everything it reads and writes goes through its ``Host``: a
+fixture tree with fake thread calls runs a whole pass without root
+(tests/unit/test_agent_parts.py).
 """
 
 from __future__ import annotations
@@ -19,25 +24,28 @@ from pathlib import Path
 
 import hostd.sidecar
 from hostd import knobkinds, knobs
-from hostd.agent import loop, parts
+from hostd.agent import parts
+from hostd.agent.applier import Applier
 from hostd.agent.attempts import Attempts
-from hostd.agent.events import Batch
+from hostd.agent.events import Batch, placed_stamps
 from hostd.agent.incremental import Incremental
 from hostd.agent.layerstats import LayerStats
 from hostd.agent.lock import AgentError
 from hostd.agent.metrics import LAG_BOUNDS, Exporter, Histogram
 from hostd.agent.sizer import Sizer
 from hostd.agent.sources import Sources
+from hostd.agent.state import AgentState, log_problems
 from hostd.agent.status import StatusFile, document
 from hostd.agent.watch import WatchLoop
 from hostd.classify import Classified, Classifier
+from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import Event
 from hostd.journal import JournalError, base_affinities, open_checked, read_boot_id
 from hostd.model.cpus import parse_cpulist
 from hostd.plan import Plan, TaskPlanner, plan
-from hostd.policy import PolicyError, load_checked
+from hostd.policy import Policy, PolicyError, load_checked
 from hostd.reconcile import (
     TASK_KINDS,
     THREAD_KINDS,
@@ -49,12 +57,11 @@ from hostd.reconcile import (
     restore_keys,
     task_records,
 )
-from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, UnsafeDir, open_dir, owned_file
+from hostd.statedir import DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, UnsafeDir, open_dir
 from hostd.tasks import TaskCache
 from hostd.topology import read_topology
 
 log = logging.getLogger("hostd")
-RELOOK_S = 0.25  # how often unsettled unnamed job threads are looked at again (TaskCache.relook)
 
 
 class Agent:
@@ -77,10 +84,9 @@ class Agent:
     ) -> None:
         self.host, self.sidecar, self.scope = host, sidecar, scope
         self.policy_path, self.allow_insecure = policy_path, allow_insecure_policy
-        self.policy = load_checked(policy_path, allow_insecure_policy)
-        self.mode_override = mode
+        policy = load_checked(policy_path, allow_insecure_policy)
         self.run_dir = Path(run_dir)
-        self._switch = str(self.run_dir / "disabled")  # (looked at a few times a step)
+        self.state = AgentState(policy, Classifier(policy), mode, str(self.run_dir / "disabled"))
         try:
             os.close(open_dir(state_dir, 0o700))
             self.journal = open_checked(Path(state_dir), read_boot_id(host), self.policy.sha256)
@@ -90,15 +96,14 @@ class Agent:
         self.caps: Capabilities = probe(host)
         self.unchangeable: set[str] = set()
         self.passes = 0
-        self.latency_fd: int | None = None  # the C-state limit held (hostd.agent.loop)
+        self.latency_fd: int | None = None  # the C-state limit held (``hold_cstate``)
         # hostd's own CPUs (``loop.keep_to_pool``): those it started with, those its threads
         # have now, and the pool they were last kept to (None: not kept to one)
         self.own_cpus: frozenset[int] | None = None
         self.own_now: frozenset[int] | None = None
         self.own_pool: frozenset[int] | None = None
         pod = functools.partial(hostd.sidecar.scope, host) if sidecar and scope is None else None
-        self.cache = TaskCache(host, read_fds=self.policy.needs_fds, scope=pod or scope)
-        self.classifier = Classifier(self.policy)
+        self.cache = TaskCache(host, read_fds=policy.needs_fds, scope=pod or scope)
         self.inc = Incremental(self.cache)
         self.exclude = frozenset({os.getpid()})
         self.sources = Sources()
@@ -109,30 +114,48 @@ class Agent:
         # waits (``close_exited``), so that a storm's exits leave its new threads the CPU
         self.exited: list[tuple[int, int]] = []
         self.scanned_ns = 0  # monotonic ns its reads of /proc ended (a thread born later: unread)
-        self.last_event = self.last_redo = 0.0  # monotonic times the last of each ended
         self.calm_nice = 0  # the agent's own nice at rest, and whether it is raised (loop.pace)
         self.raised, self.calm_at = False, 0.0
         self.overflow_due: float | None = None  # events lost: a full pass at most then (loop)
         self.renames_muted: float | None = None  # a rename storm: rename events off until then
-        self.join_quiet = parts.JOIN_QUIET_S  # cpuset joins wait this long without events
-        self.refreeze = False  # a re-layer or its redo kept objects: frozen (parts.freeze)
         self.counters: Counter[str] = Counter()
-        self.watcher = WatchLoop(self)
-        self.relook_at = 0.0  # monotonic time of the next relook (while threads are unsettled)
-        self.exporter = Exporter(self)
+        st, inc, journal = self.state, self.inc, self.journal
+        applier = Applier(
+            self.cache, inc, self.exclude, self.base_affinity, self.reconcile, self.counters
+        )
+        self.watcher = WatchLoop(host, journal, st, self.caps, applier)
+        self.exporter = Exporter(st, self.status)
         self.event_lag = Histogram(LAG_BOUNDS)  # new thread's event -> its knobs applied
-        self.layer_stats = LayerStats(self)
-        self.attempts = Attempts(self, Path(state_dir) / "attempts")
-        self.sizer = Sizer(self)
+        self.attempts = Attempts(host, self.cache, st, Path(state_dir) / "attempts")
+        self.layer_stats = LayerStats(host, inc, st, self.attempts, self.exporter)
+        self.sizer = Sizer(host, inc, st)
+        self.parts = (  # in ``parts.ORDER``
+            parts.Close(self.exited, self.close_exited, self.waiting),
+            parts.Joins(inc, st, self.counters, self.join_cpusets, self.waiting),
+            parts.Redo(inc, st, self.redo, self.waiting),
+            parts.Compact(inc, journal, self.waiting),
+            parts.Shrink(inc, st, self.relayer),
+            parts.Watch(self.watcher, st),
+            parts.Relook(self.cache, st, self.relook, self.waiting),
+            parts.Resize(self.sizer, st, self.relayer),
+            parts.Stats(self.layer_stats, st, self.say, self.waiting),
+        )
+
+    @property
+    def policy(self) -> Policy:
+        return self.state.policy
+
+    @property
+    def classifier(self) -> Classifier:
+        return self.state.classifier
 
     @property
     def mode(self) -> str:
-        return self.mode_override or self.policy.mode
+        return self.state.mode
 
     @property
     def disabled(self) -> bool:
-        # Only a flag root could have made counts (the run dir is checked at start).
-        return owned_file(self._switch)
+        return self.state.disabled
 
     @property
     def plan(self) -> Plan | None:
@@ -142,8 +165,9 @@ class Agent:
     def planner(self) -> TaskPlanner | None:
         return self.inc.planner
 
-    def run(self, once: bool = False) -> PassReport:
-        return loop.run(self, once)
+    def waiting(self) -> bool:
+        """Whether events, or threads they named, wait: other work leaves them the CPU."""
+        return bool(self.inc.backlog) or self.sources.events_waiting()
 
     def base_affinity(self, key: tuple[int, int]) -> frozenset[int] | None:
         """The thread's affinity before hostd changed it (None: not changed)."""
@@ -153,7 +177,7 @@ class Agent:
     def pass_once(self, reason: str = "start") -> PassReport:
         """A full pass: the topology and every thread read again, the whole plan applied."""
         started = time.monotonic()
-        loop.hold_cstate(self, not self.disabled)
+        self.hold_cstate(not self.disabled)
         # each layer's CPUs now: a self-sizing layer keeps what it can of them (sticky)
         current = {lp.name: lp.cpus for lp in self.plan.layers} if self.plan else None
         self.inc.clear()
@@ -190,7 +214,12 @@ class Agent:
         self.full_cost, self.last_full = elapsed, time.monotonic()
         self.counters["full_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
-        loop.log_pass(self, report, elapsed, reason)
+        self.passes += 1
+        log.info(
+            "pass n=%d reason=%s mode=%s seconds=%.3f %s", self.passes, reason, self.mode, elapsed,
+            " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
+        )  # fmt: skip
+        log_problems(report)
         self.write_status(report, elapsed, state="running")
         return report
 
@@ -227,14 +256,16 @@ class Agent:
         self.counters["events"] += batch.size
         self.counters["event_passes"] += 1
         self.counters.update(r.outcome for r in report.results)
-        self._lag(report, looked)
+        now = time.monotonic_ns()  # each new thread placed: how long after its fork event
+        for stamp in placed_stamps(inc.born, report, looked):
+            self.event_lag.observe(max(0, now - stamp) / 1e9)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
                 time.monotonic() - started,
                 " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())),
             )  # fmt: skip
-        loop.log_problems(report)
+        log_problems(report)
         return report
 
     def relayer(self, reason: str, why: str = "", homes_only: bool = False) -> PassReport:
@@ -246,7 +277,7 @@ class Agent:
         if relayed is None:
             return PassReport()
         want, items, moved = relayed
-        self.refreeze = True
+        self.state.refreeze = True
         want.update(self.inc.decide(items, self.base_affinity))
         planned = time.monotonic()
         report = self.apply_threads(want, items, fresh=False)
@@ -259,7 +290,7 @@ class Agent:
             planned - started, time.monotonic() - planned, _collections() - collections,
             " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
         )  # fmt: skip
-        loop.log_problems(report)
+        log_problems(report)
         self.status.due_now()  # the layers' new CPUs, said at the loop's next quiet moment
         return report
 
@@ -275,7 +306,7 @@ class Agent:
                 report.results += restore_keys(self.host, self.journal, stale)
             inc.redo_stale = set()
             self.counters.update(r.outcome for r in report.results)
-            loop.log_problems(report)
+            log_problems(report)
             return
         items = inc.take_redo(count)
         want = inc.decide(items, self.base_affinity)
@@ -288,14 +319,13 @@ class Agent:
                 want[key] = self.journal.original(key)
         report = self.apply_threads(want, items, fresh=False)
         self.counters["redone"] += len(items)
-        self.refreeze = True
+        self.state.refreeze = True
         self.counters.update(r.outcome for r in report.results)
-        loop.log_problems(report)
+        log_problems(report)
 
     def relook(self) -> None:
         """Classify and apply again the unnamed job threads whose activity now says more (an
         NCCL thread that settled into poll(2), a queue feeder that wrote)."""
-        self.relook_at = time.monotonic() + RELOOK_S
         inc = self.inc
         changed = self.cache.relook()
         if not changed or inc.planner is None:
@@ -309,29 +339,7 @@ class Agent:
             "relook threads=%d %s", len(changed),
             " ".join(f"{t.tid}:{t.activity}" for t in changed[:8]),
         )  # fmt: skip
-        loop.log_problems(report)
-
-    def _lag(self, report: PassReport, looked: list[int]) -> None:
-        """Each new thread this pass placed (``looked``: the threads it decided; a knob of each
-        written, or already right: a thread inherits its creator's): how long after its fork
-        event, also when that event came passes ago and the thread waited in the backlog."""
-        born = self.inc.born
-        if not born:
-            return
-        # A thread none of whose knobs was written or right is not placed. A knob refused is
-        # rare: the keys are parsed only then.
-        placed = ("applied", "skipped")
-        failed: set[int] = set()
-        if any(r.outcome not in placed for r in report.results):
-            task_results = [r for r in report.results if knobs.is_task_key(r.key)]
-            failed = {knobs.parse_task_key(r.key)[0] for r in task_results} - {
-                knobs.parse_task_key(r.key)[0] for r in task_results if r.outcome in placed
-            }
-        now = time.monotonic_ns()
-        for tid in looked:
-            stamp = born.get(tid)
-            if stamp is not None and tid not in failed:
-                self.event_lag.observe(max(0, now - stamp) / 1e9)
+        log_problems(report)
 
     def close_exited(self, count: int | None = None) -> None:
         """Close the journal records of up to ``count`` (None: all) of the threads that exited.
@@ -366,7 +374,7 @@ class Agent:
         for want in self.inc.take_joins(budget):
             report = self.reconcile(want, {}, only=())
             self.counters.update(r.outcome for r in report.results)
-            loop.log_problems(report)
+            log_problems(report)
 
     def reconcile(self, want: dict, observed: Observed | dict, **kwargs: object) -> PassReport:
         """``hostd.reconcile.reconcile`` less the kinds switched off."""
@@ -393,15 +401,42 @@ class Agent:
             why = " | ".join(str(e) for e in exc.errors)
             log.warning("reload refused, keeping the running policy: %s", why)
             return
-        self.policy, self.classifier = new, Classifier(new)
+        self.state.policy, self.state.classifier = new, Classifier(new)
         self.watcher.configure(new)
         self.cache.read_fds = new.needs_fds
         self.journal.policy_sha = new.sha256
         log.info("reload policy=%s sha256=%s", new.name, new.sha256[:12])
 
+    def hold_cstate(self, on: bool) -> None:
+        """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
+        want = None if self.sidecar else self.policy.cpu_dma_latency_us
+        if on and want is not None and self.latency_fd is None and self.mode == "enforce":
+            try:
+                self.latency_fd = hold_cpu_dma_latency(self.host, want)
+                log.info("cstate cpu_dma_latency_us=%d held", want)
+            except OSError as exc:
+                log.warning("cstate refused: %s", exc)
+        elif (not on or want is None) and self.latency_fd is not None:
+            os.close(self.latency_fd)
+            self.latency_fd = None
+
     def write_status(self, report: PassReport, elapsed: float | None, state: str) -> None:
-        self.status.write(document(self, report, elapsed, state), self.counters)
+        address = self.exporter.address
+        doc = document(
+            report, elapsed, state, self.state, self.inc, self.sources, self.journal, self.caps,
+            sidecar=self.sidecar, passes=self.passes, counters=self.counters,
+            unchangeable=self.unchangeable, last=self.status.last, preempt=self.watcher.status(),
+            event_lag=self.event_lag.doc(), layer_stats=self.layer_stats.doc(),
+            attempts=self.attempts.doc(),
+            sizing=self.sizer.doc() if self.policy.self_sizing else None,
+            metrics=f"http://{address[0]}:{address[1]}/metrics" if address else None,
+        )  # fmt: skip
+        self.status.write(doc, self.counters)
         self.watcher.changed = False
+
+    def say(self) -> None:
+        """The status file now, between full passes (what a statistics sample found)."""
+        self.write_status(PassReport(), None, state="running")
 
 
 def _collections() -> int:

@@ -8,6 +8,9 @@
   weighed down too where nothing else is in it (``hostd.agent.weights``);
 * **release** it: the record is restored first (a sweep of every SCHED_IDLE thread born in the
   session since), then its threads are decided again, which gives back their own records.
+
+It works through the host door, the journal, the watch's ``Applier`` (threads found, decided
+again and applied) and its ``GroupWeights``.
 """
 
 from __future__ import annotations
@@ -19,17 +22,31 @@ from typing import TYPE_CHECKING
 from hostd import knobkinds, knobs
 from hostd.journal import JournalError
 from hostd.plan import NORMAL_POLICIES
+from hostd.preempt import Watch
 from hostd.reconcile import DONE, restore_keys
 
 if TYPE_CHECKING:
-    from hostd.agent.watch import WatchLoop
+    from hostd.agent.applier import Applier
+    from hostd.agent.state import AgentState
+    from hostd.agent.weights import GroupWeights
+    from hostd.host import Host
+    from hostd.journal import Journal
 
 log = logging.getLogger("hostd")
 
 
 class Demotions:
-    def __init__(self, loop: WatchLoop) -> None:
-        self.loop = loop
+    def __init__(
+        self,
+        host: Host,
+        journal: Journal,
+        state: AgentState,
+        watch: Watch,
+        applier: Applier,
+        weights: GroupWeights,
+    ) -> None:
+        self.host, self.journal, self.state = host, journal, state
+        self.watch, self.applier, self.weights = watch, applier, weights
         self.keys: dict[int, str] = {}  # demoted session -> its journal key
         self.since: dict[int, int] = {}  # demoted session -> the tick it was demoted at
         self.typical: dict[int, list] = {}  # demoted session -> its threads' original policy
@@ -45,7 +62,7 @@ class Demotions:
         if type(current) is not list or current[0] != "idle" or knobkinds.kind_of(key) != "sched":
             return current
         tid, start = knobs.parse_task_key(key)
-        task = self.loop.agent.cache.tasks.get(tid)
+        task = self.applier.cache.tasks.get(tid)
         if task is None:
             return current
         sid = task.process.session
@@ -55,15 +72,14 @@ class Demotions:
         return list(self.typical[sid])
 
     def demote(self, sid: int, demand: float, sessions: dict[int, list[int]]) -> None:
-        loop = self.loop
-        agent = loop.agent
-        planner, journal, cache = agent.planner, agent.journal, agent.cache
+        applier, journal = self.applier, self.journal
+        planner, cache = applier.inc.planner, applier.cache
         assert planner is not None
-        tasks = loop.session_tasks(sessions.get(sid, []))
-        preemptible = agent.policy.preemptible
+        tasks = applier.session_tasks(sessions.get(sid, []))
+        preemptible = self.state.policy.preemptible
         originals: Counter[tuple] = Counter()
         for task in tasks:
-            item = agent.inc.classified.get(task.tid)
+            item = applier.inc.classified.get(task.tid)
             if item is None or item.layer not in preemptible or task.policy not in NORMAL_POLICIES:
                 continue
             key = knobs.task_key(task.tid, task.start_time, "sched")
@@ -72,46 +88,45 @@ class Demotions:
                 orig = [task.policy_name, task.rt_priority, False]
             originals[tuple(orig)] += 1
         typical = list(originals.most_common(1)[0][0]) if originals else ["other", 0, False]
-        since = max(0, agent.host.ticks_now() - 1)
+        since = max(0, self.host.ticks_now() - 1)
         leader = cache.procs.get(sid)
         key = knobs.session_key(sid, since)
-        if agent.mode == "enforce":
+        if self.state.mode == "enforce":
             leader_start = leader.start_time if leader is not None else None
             try:
                 journal.record([(key, {"sched": typical, "leader_start": leader_start})])
             except JournalError as exc:  # no durable record: no demotion
-                loop.watch.demoted.pop(sid, None)
+                self.watch.demoted.pop(sid, None)
                 log.error("preempt demote session=%d not done: %s", sid, exc)
                 return
         self.keys[sid], self.since[sid], self.typical[sid] = key, since, typical
         planner.demoted.add(sid)
-        report = loop.redecide(tasks)
+        report = applier.redecide(tasks)
         who = f"{leader.comm}({sid})" if leader is not None else f"session {sid}"
         log.info(
             "preempt demote session=%d leader=%r wants=%.2f-cpus threads=%d applied=%d",
             sid, leader.comm if leader is not None else "", demand, len(tasks),
             report.counts.get("applied", 0),
         )  # fmt: skip
-        loop.counters["demotions"] += 1
-        loop.note("demote", f"session of {who} wanted {demand:.2f} CPUs", session=sid)
-        loop.weights.weigh(sid, sessions)
+        applier.counters["demotions"] += 1
+        applier.note("demote", f"session of {who} wanted {demand:.2f} CPUs", session=sid)
+        self.weights.weigh(sid, sessions)
 
     def release(self, sid: int, why: str, sessions: dict[int, list[int]]) -> None:
-        loop = self.loop
-        agent = loop.agent
-        planner, journal = agent.planner, agent.journal
+        applier, journal = self.applier, self.journal
+        planner = applier.inc.planner
         if planner is not None:
             planner.demoted.discard(sid)
-        loop.weights.leave(sid, why)
+        self.weights.leave(sid, why)
         key = self.keys.pop(sid, None)
         self.since.pop(sid, None)
         self.typical.pop(sid, None)
-        if key is not None and agent.mode == "enforce" and key in journal:
-            for r in restore_keys(agent.host, journal, [key]):
-                agent.counters[r.outcome] += 1
+        if key is not None and self.state.mode == "enforce" and key in journal:
+            for r in restore_keys(self.host, journal, [key]):
+                applier.outcomes[r.outcome] += 1
                 if r.outcome not in DONE:
                     log.warning("preempt release key=%s outcome=%s %s", key, r.outcome, r.detail)
-        loop.redecide(loop.session_tasks(sessions.get(sid, [])))
+        applier.redecide(applier.session_tasks(sessions.get(sid, [])))
         log.info("preempt release session=%d why=%r", sid, why)
-        loop.counters["releases"] += 1
-        loop.note("release", why, session=sid)
+        applier.counters["releases"] += 1
+        applier.note("release", why, session=sid)

@@ -4,14 +4,21 @@ Pure. ``Batch.of(events, me, in_scope)`` coalesces a burst per thread: a thread 
 created, renamed and exited within the batch is only an exit; a thread named twice is read
 once. ``in_scope(tgid, parent)`` tells whether a process is watched at all (``hostd run
 --scope-pid``, a sidecar's pod); the agent's own process is never looked at.
+``placed_stamps`` gives the fork events' stamps of the new threads a pass placed, for the
+agent's event lag (a fork event to the thread's knobs applied).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from hostd import knobs
 from hostd.host.connector import Event
+
+if TYPE_CHECKING:
+    from hostd.reconcile import PassReport
 
 
 @dataclass
@@ -50,3 +57,21 @@ class Batch:
                     batch.leaders[tgid] = ev.comm
         batch.size = size
         return batch
+
+
+def placed_stamps(born: dict[int, int], report: PassReport, looked: list[int]) -> list[int]:
+    """The fork events' stamps (``born``) of each new thread this pass placed (``looked``: the
+    threads it decided; a knob of each written, or already right: a thread inherits its
+    creator's), also when that event came passes ago and the thread waited in the backlog."""
+    if not born:
+        return []
+    # A thread none of whose knobs was written or right is not placed. A knob refused is
+    # rare: the keys are parsed only then.
+    placed = ("applied", "skipped")
+    failed: set[int] = set()
+    if any(r.outcome not in placed for r in report.results):
+        task_results = [r for r in report.results if knobs.is_task_key(r.key)]
+        failed = {knobs.parse_task_key(r.key)[0] for r in task_results} - {
+            knobs.parse_task_key(r.key)[0] for r in task_results if r.outcome in placed
+        }
+    return [s for tid in looked if (s := born.get(tid)) is not None and tid not in failed]

@@ -11,12 +11,16 @@ returned to normal scheduling (``hostd.preempt.Watch`` decides both).
   the agent decides it from the fork event like any new thread (tests/privileged/test_preempt).
 * **runaway**: a real-time thread of a hostd layer that keeps a CPU busy is decided again as
   SCHED_OTHER at nice -20 from then on.
+
+It works through the host door, the journal, what the host allows (``Capabilities``) and the
+watch's ``Applier``; ``capped`` (``GroupWeights.capped``) says whose cgroup hostd capped.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hostd import knobs
@@ -26,7 +30,10 @@ from hostd.policy import Policy
 from hostd.preempt import Key, Sample
 
 if TYPE_CHECKING:
-    from hostd.agent.watch import WatchLoop
+    from hostd.agent.applier import Applier
+    from hostd.agent.state import AgentState
+    from hostd.doctor import Capabilities
+    from hostd.journal import Journal
 
 log = logging.getLogger("hostd")
 
@@ -53,8 +60,17 @@ def rt_refused(host: Host, topo: Topology | None, tid: int) -> bool:
 
 
 class Guard:
-    def __init__(self, loop: WatchLoop) -> None:
-        self.loop = loop
+    def __init__(
+        self,
+        host: Host,
+        journal: Journal,
+        state: AgentState,
+        caps: Capabilities,
+        applier: Applier,
+        capped: Callable[[int], bool],
+    ) -> None:
+        self.host, self.journal, self.state, self.caps = host, journal, state, caps
+        self.applier, self.capped = applier, capped
         self.boosted: dict[Key, float] = {}  # thread -> monotonic time its boost ends
         self.rt_self = False  # the agent holds SCHED_FIFO while a boost is on
 
@@ -65,7 +81,8 @@ class Guard:
             return
         for key in ended:
             del self.boosted[key]
-        self.loop.redecide([t for key in ended if (t := self.loop.task(key)) is not None])
+        applier = self.applier
+        applier.redecide([t for key in ended if (t := applier.task(key)) is not None])
         if not self.boosted:
             self.hold_rt(False)
 
@@ -78,7 +95,7 @@ class Guard:
             return True
         try:
             if on:
-                prio = min(99, boost_value(self.loop.agent.policy)[1] + 1)
+                prio = min(99, boost_value(self.state.policy)[1] + 1)
                 flags = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
                 os.sched_setscheduler(0, flags, os.sched_param(prio))
             else:
@@ -90,42 +107,42 @@ class Guard:
         return True
 
     def runaway(self, s: Sample) -> None:
-        loop = self.loop
-        agent, task = loop.agent, loop.task(s.key)
-        if agent.planner is None or task is None:
+        applier = self.applier
+        planner, task = applier.inc.planner, applier.task(s.key)
+        if planner is None or task is None:
             return
-        agent.planner.runaways.add(s.key)
-        loop.redecide([task])
-        g = agent.policy.guard
+        planner.runaways.add(s.key)
+        applier.redecide([task])
+        g = self.state.policy.guard
         why = (
             f"real-time thread kept {g.rt_runaway_share:.0%}+ of a CPU busy for "
             f"{g.rt_runaway_after:g} s: SCHED_OTHER at nice -20 from now on"
         )
         log.warning("guard runaway tid=%d comm=%r layer=%s %s", task.tid, task.comm, s.layer, why)
-        loop.counters["runaways"] += 1
-        loop.note("runaway", why, tid=task.tid, comm=task.comm, layer=s.layer)
+        applier.counters["runaways"] += 1
+        applier.note("runaway", why, tid=task.tid, comm=task.comm, layer=s.layer)
 
     def boost(self, s: Sample, now: float) -> None:
-        loop = self.loop
-        agent, task = loop.agent, loop.task(s.key)
-        if agent.planner is None or task is None or s.key in self.boosted:
+        applier, policy, journal = self.applier, self.state.policy, self.journal
+        task = applier.task(s.key)
+        if applier.inc.planner is None or task is None or s.key in self.boosted:
             return
         key = knobs.task_key(task.tid, task.start_time, "sched")
-        if loop.weights.capped(task.pid):
+        if self.capped(task.pid):
             return  # its cgroup's quota is its floor: a boost would not make it run more
         if len(self.boosted) >= max(1, len(os.sched_getaffinity(0)) - 1):
-            loop.counters["boosts_deferred"] += 1
+            applier.counters["boosts_deferred"] += 1
             return  # never every CPU at once: the others wait for a next round
-        rt = agent.caps.rt and not rt_refused(agent.host, agent.inc.topology, task.tid)
+        rt = self.caps.rt and not rt_refused(self.host, applier.inc.topology, task.tid)
         if rt and self.hold_rt(True):
-            override: dict = {key: boost_value(agent.policy)}
-        elif key in agent.journal:  # no real-time here: its own policy back for a moment
-            override = {key: agent.journal.original(key)}
+            override: dict = {key: boost_value(policy)}
+        elif key in journal:  # no real-time here: its own policy back for a moment
+            override = {key: journal.original(key)}
         else:
             return  # not demoted, and nothing stronger allowed: nothing a boost could do
-        self.boosted[s.key] = now + agent.policy.guard.boost_ms / 1000
-        loop.redecide([task], override)
-        why = f"runnable for {agent.policy.guard.starve_after:g} s without running"
+        self.boosted[s.key] = now + policy.guard.boost_ms / 1000
+        applier.redecide([task], override)
+        why = f"runnable for {policy.guard.starve_after:g} s without running"
         log.info("guard boost tid=%d comm=%r layer=%s %s", task.tid, task.comm, s.layer, why)
-        loop.counters["boosts"] += 1
-        loop.note("boost", why, tid=task.tid, comm=task.comm, layer=s.layer)
+        applier.counters["boosts"] += 1
+        applier.note("boost", why, tid=task.tid, comm=task.comm, layer=s.layer)

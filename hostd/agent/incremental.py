@@ -19,7 +19,7 @@ host has. Three things it does apart:
   thread in a thread storm, seconds when those in flight wait for a crowded CPU), and records
   one more original; a new thread's affinity already keeps it on its layer's CPUs, so it joins
   once it has lived ``JOIN_AFTER_S`` and no event came for a moment (``take_joins``,
-  ``hostd.agent.parts.join_at``), a longer one after a join that was slow (``join_backoff``):
+  ``hostd.agent.parts.Joins``), a longer one after a join that was slow (``Joins.backoff``):
   the threads a crowded CPU keeps alive past ``JOIN_AFTER_S`` in a storm make one slow join at
   most, then wait for the storm's end. Going back home from a hostd cpuset cannot wait: its
   affinity would not fit the cpuset it is in;

@@ -12,9 +12,11 @@ the kernel keeps no single wakeups). It samples every ``[metrics] sample_interva
 the host has). ``doc()`` is what the status document (and so a scrape) holds. Nothing is read
 while neither the exporter nor the attempts' record (``[jobs] record``) wants it.
 
-The agent's loop takes a sample a slice at a time (``sample(budget_s)``), between event passes:
-at 100,000 threads a sample reads for about a second, and in one piece it held every new
-thread waiting that long (at 1,000 threads, 50 ms every 5 s: a third of a storm's misses).
+The agent's loop takes a sample a slice at a time (``sample(budget_s)``; ``parts.Stats``),
+between event passes: at 100,000 threads a sample reads for about a second, and in one piece it
+held every new thread waiting that long (at 1,000 threads, 50 ms every 5 s: a third of a storm's
+misses). It reads, through the host door, the threads the incremental state has classified; it
+is given the policy (``AgentState``), the attempts' record and the exporter, never the agent.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from typing import TYPE_CHECKING
 from hostd.agent.metrics import Histogram
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.attempts import Attempts
+    from hostd.agent.incremental import Incremental
+    from hostd.agent.metrics import Exporter
+    from hostd.agent.state import AgentState
+    from hostd.host import Host
 
 COST_FACTOR = 100
 # Wait per wakeup, seconds: 10 us (an idle CPU) to 1 s (a starved thread).
@@ -34,8 +40,16 @@ WAIT_BOUNDS = (1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 
 
 class LayerStats:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(
+        self,
+        host: Host,
+        inc: Incremental,
+        state: AgentState,
+        attempts: Attempts,
+        exporter: Exporter,
+    ) -> None:
+        self.host, self.inc, self.state = host, inc, state
+        self.attempts, self.exporter = attempts, exporter
         self.prev: dict[tuple[int, int], tuple[int, int, int]] = {}  # key -> run, wait, slices
         self.cpu: dict[str, float] = defaultdict(float)  # layer -> seconds on a CPU
         self.wait: dict[str, float] = defaultdict(float)  # layer -> seconds runnable, waiting
@@ -60,7 +74,7 @@ class LayerStats:
     @property
     def wanted(self) -> bool:
         """Whether anyone uses the samples: the exporter, or the record of job attempts."""
-        return self.agent.exporter.address is not None or self.agent.policy.jobs_record
+        return self.exporter.address is not None or self.state.policy.jobs_record
 
     @property
     def sampling(self) -> bool:
@@ -73,17 +87,17 @@ class LayerStats:
         this one stopped. Returns whether the sample ended (its PSI read, the attempts told,
         the next one due)."""
         now = time.monotonic()
-        agent = self.agent
+        policy = self.state.policy
         if self.left is None:  # a new sample: the threads classified now
-            self.left, self.seen, self.invol = list(agent.inc.classified), {}, {}
+            self.left, self.seen, self.invol = list(self.inc.classified), {}, {}
             self.began, self.busy = now, 0.0
-            self.recording = bool(agent.policy.jobs_record)  # for the whole sample
+            self.recording = bool(policy.jobs_record)  # for the whole sample
             if self.recording:
-                agent.attempts.begin()
-        host, left, seen, invol = agent.host, self.left, self.seen, self.invol
-        classified = agent.inc.classified  # (a full pass meanwhile builds a new one)
-        attempts = agent.attempts if self.recording else None
-        exported = agent.exporter.address is not None
+                self.attempts.begin()
+        host, left, seen, invol = self.host, self.left, self.seen, self.invol
+        classified = self.inc.classified  # (a full pass meanwhile builds a new one)
+        attempts = self.attempts if self.recording else None
+        exported = self.exporter.address is not None
         deadline = None if budget_s is None else now + budget_s
         read = 0
         while left:
@@ -136,20 +150,19 @@ class LayerStats:
             attempts.close(self.began - self.taken)
         self.taken = self.began
         self.cost = self.busy
-        every = agent.policy.metrics.sample_interval
+        every = policy.metrics.sample_interval
         self.due = time.monotonic() + max(every, COST_FACTOR * self.cost)
         return True
 
     def _pressure(self) -> None:
         """Each layer's CPU pressure (PSI) from the cgroups hostd made for it, where they are
         cgroup v2 groups (v1 keeps no pressure): the change since the last sample, summed."""
-        inc = self.agent.inc
-        topo, plan = inc.topology, inc.plan
+        topo, plan = self.inc.topology, self.inc.plan
         if topo is None or plan is None or topo.cgroup.cpuset != "v2" or not topo.cgroup.v2_mount:
             return
         mount, seen = topo.cgroup.v2_mount.rstrip("/"), {}
         for cs in plan.cpusets:
-            got = self.agent.host.pressure(f"{mount}{cs.path}")
+            got = self.host.pressure(f"{mount}{cs.path}")
             if got is None:
                 continue
             seen[cs.path] = got

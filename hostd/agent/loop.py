@@ -1,18 +1,21 @@
-"""The agent's loop: wait for the next event or timer, run the pass it calls for, log it.
+"""The agent's loop, the scheduler: wait for the next event or timer, run the pass it calls for,
+then give each part its turn.
 
 ``run`` takes the pid lock, subscribes to the sources, runs a full pass and then ``step``-s
 until a signal stops it; at the end it restores everything hostd changed (unless the policy says
 ``restore_on_exit = false``). Meanwhile hostd's own threads stay on the pool's CPUs
 (``keep_to_pool``), never on those a layer has to itself. A step waits for an event or for the
-earliest time one of the parts (``PARTS``: ``hostd.agent.parts.ORDER``, then the drift rescan
-and the status file) asks to be woken at, and handles, in this order: a reload (SIGHUP), a switch
-(SIGUSR1), device events (a full pass with the topology read again), thread events (an event
-pass, which re-layers first when a layer gains its first member; a lost event means a full
-pass); then each part in its order, which does its work if its time has come: the records of
-exited threads, cpuset joins, the pool's threads after a re-layer, the journal's compaction, a
-layer due to give CPUs back, the watch, a second look at unsettled job threads, the sizer, the
-layers' statistics, and the drift rescan (or, without events, the poll) or else the status file
-at most once a second.
+earliest time one of the parts (``Agent.parts``, in ``hostd.agent.parts.ORDER``, then the drift
+rescan and the status file, ``rescan_wake``) asks to be woken at, and handles, in this order: a
+reload (SIGHUP), a switch (SIGUSR1), device events (a full pass with the topology read again),
+thread events (an event pass, which re-layers first when a layer gains its first member; a lost
+event means a full pass); then each part in its order, which does its work if its time has
+come: the records of exited threads, cpuset joins, the pool's threads after a re-layer, the
+journal's compaction, a layer due to give CPUs back, the watch, a second look at unsettled job
+threads, the sizer, the layers' statistics, and the drift rescan (or, without events, the poll)
+or else the status file at most once a second (``rescan``). This module (with the package, whose
+``Agent`` it runs) alone holds the whole ``Agent`` of ``hostd.agent.core``; the parts are given
+only what each needs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import hostd.sidecar
 from hostd import __version__
 from hostd.agent import parts
 from hostd.agent.lock import AgentLock
-from hostd.cpufreq import hold_cpu_dma_latency
 from hostd.host import HostError, paths
 from hostd.host.connector import Overflow
 from hostd.model.cpus import format_cpulist
@@ -95,7 +97,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         agent.exporter.stop()
         agent.attempts.stop()
         agent.sources.close()
-        hold_cstate(agent, False)
+        agent.hold_cstate(False)
         keep_to_pool(agent, leaving=True)
         finish(agent)
         lock.close()
@@ -263,7 +265,7 @@ def overflowed(agent: Agent, events: list) -> bool:
 
 def full(agent: Agent, reason: str) -> None:
     gc.unfreeze()  # what the last pass kept may be garbage now
-    agent.join_quiet = parts.JOIN_QUIET_S  # a full pass joins all that waited: no backoff
+    agent.state.join_quiet = parts.JOIN_QUIET_S  # a full pass joins all that waited: no backoff
     agent.overflow_due = None  # it reads every thread: what was lost is found
     muted = agent.renames_muted
     if muted is not None and time.monotonic() >= muted and agent.sources.connector is not None:
@@ -276,34 +278,32 @@ def full(agent: Agent, reason: str) -> None:
         log.exception("pass failed; the journal is intact, the next pass retries")
         agent.last_full = time.monotonic()
     finally:
-        parts.freeze(agent, collect=True)
+        parts.freeze(agent.state, collect=True)
 
 
-def _rescan_wake(agent: Agent) -> float:
+def rescan_wake(agent: Agent) -> float:
     return min(next_full(agent)[0], agent.status.due)
 
 
-def _rescan(agent: Agent) -> None:
+def rescan(agent: Agent) -> None:
     """The full pass when it is due (the drift rescan, the poll, lost events); else, at most
     once a second and while no event waits, the status file, if anything in it changed."""
     now = time.monotonic()
     due, why = next_full(agent)
     if now >= due:
         full(agent, why)
-    elif now >= agent.status.due and not parts.waiting(agent):
+    elif now >= agent.status.due and not agent.waiting():
         if agent.status.forced or agent.counters != agent.status.counters or agent.watcher.changed:
             agent.write_status(PassReport(), None, state="running")
         agent.status.written = now  # nothing new: check again in a second
 
 
-PARTS = (*parts.ORDER, parts.Part("rescan", _rescan_wake, _rescan))
-
-
 def step(agent: Agent) -> None:
     """Wait for the next event or the earliest part's time, handle the events, then give each
-    part (``PARTS``, in their order) its turn."""
+    part (``agent.parts``, in their order, then ``rescan``) its turn."""
     sources, inc = agent.sources, agent.inc
-    wake = min(w for part in PARTS if (w := part.wake(agent)) is not None)
+    wakes = [part.wake() for part in agent.parts]
+    wake = min(w for w in (*wakes, rescan_wake(agent)) if w is not None)
     # threads that events named wait to be read: no waiting
     timeout = 0.0 if inc.backlog else max(0.0, wake - time.monotonic())
     events_ready, devices_ready = sources.wait(timeout)
@@ -339,11 +339,12 @@ def step(agent: Agent) -> None:
             log.exception("event pass failed; a full pass follows")
             return full(agent, "recovery")
         finally:
-            agent.last_event = time.monotonic()
+            agent.state.last_event = time.monotonic()
     elif agent.raised:
         pace(agent, False, time.monotonic())
-    for part in PARTS:
-        part.run(agent)
+    for part in agent.parts:
+        part.run()
+    rescan(agent)
 
 
 def finish(agent: Agent) -> None:
@@ -369,20 +370,6 @@ def finish(agent: Agent) -> None:
     agent.status.close()
 
 
-def hold_cstate(agent: Agent, on: bool) -> None:
-    """Hold (or release) the policy's C-state limit; the kernel lifts it when we exit."""
-    want = None if agent.sidecar else agent.policy.cpu_dma_latency_us
-    if on and want is not None and agent.latency_fd is None and agent.mode == "enforce":
-        try:
-            agent.latency_fd = hold_cpu_dma_latency(agent.host, want)
-            log.info("cstate cpu_dma_latency_us=%d held", want)
-        except OSError as exc:
-            log.warning("cstate refused: %s", exc)
-    elif (not on or want is None) and agent.latency_fd is not None:
-        os.close(agent.latency_fd)
-        agent.latency_fd = None
-
-
 def first_run_hint(agent: Agent) -> str | None:
     """One line for the log after the first pass where it found no job (no thread in a layer
     that protects): what the agent watches for, what it does when a job appears, and how to see
@@ -400,30 +387,3 @@ def first_run_hint(agent: Agent) -> str | None:
         f"priority{yields}{'' if enforce else f' ({agent.mode} mode: it changes nothing)'}; "
         "`hostd demo` shows the effect in a minute"
     )
-
-
-def log_pass(agent: Agent, report: PassReport, elapsed: float, reason: str) -> None:
-    agent.passes += 1
-    log.info(
-        "pass n=%d reason=%s mode=%s seconds=%.3f %s",
-        agent.passes, reason, agent.mode, elapsed,
-        " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())) or "nothing-to-do=1",
-    )  # fmt: skip
-    log_problems(report)
-
-
-def log_problems(report: PassReport) -> None:
-    unjournaled = [r for r in report.results if r.outcome == "unjournaled"]
-    if unjournaled:
-        log.error(
-            "journal write failed: %d change(s) not made: %s",
-            len(unjournaled),
-            unjournaled[0].detail,
-        )
-    for r in report.results:
-        if r.outcome == "error":
-            log.error("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
-        elif r.outcome in ("not-permitted", "unsupported"):
-            log.warning("action key=%s outcome=%s detail=%r", r.key, r.outcome, r.detail)
-        elif r.outcome == "unchangeable" and r.detail != "refused before":
-            log.info("action key=%s outcome=unchangeable (remembered, not retried)", r.key)

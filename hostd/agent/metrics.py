@@ -1,6 +1,6 @@
 """The agent's Prometheus exporter: what ``hostd status`` says, as metrics, over HTTP.
 
-``Exporter(agent).start()`` serves ``/metrics`` with prometheus_client on the policy's
+``Exporter(state, status).start()`` serves ``/metrics`` with prometheus_client on the policy's
 ``[metrics]`` address and port (localhost:9464 by default; ``HOSTD_METRICS_ADDRESS`` and
 ``HOSTD_METRICS_PORT`` override them, as the DaemonSet does to be scraped on the pod's IP). A
 scrape reads the agent's last status document (``StatusFile.last``, replaced whole each time the
@@ -38,7 +38,8 @@ from prometheus_client.core import (
 from hostd.agent.metrics_http import DEADLINE_S, MAX_CLIENTS, Handler, Server
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.state import AgentState
+    from hostd.agent.status import StatusFile
 
 log = logging.getLogger("hostd")
 # The outcomes of a knob write (hostd.reconcile), which the agent counts.
@@ -96,14 +97,14 @@ def histogram_family(name: str, doc: str, value: dict | None) -> HistogramMetric
 class Collector:
     """Metric families from the agent's last status document."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, status: StatusFile, exporter: Exporter) -> None:
+        self.status, self.exporter = status, exporter
 
     def describe(self) -> list[Metric]:
         return []  # no registration-time scrape: the families depend on the policy
 
     def collect(self) -> Iterator[Metric]:
-        st = self.agent.status.last
+        st = self.status.last
         info = InfoMetricFamily("hostd", "The agent: version, policy, mode and state.")
         info.add_metric(
             [],
@@ -246,7 +247,7 @@ class Collector:
         ):
             yield CounterMetricFamily(name, doc, value=counts.get(key, 0))
         yield from job_families(st.get("attempts") or {}, st.get("hostname", ""))
-        http = self.agent.exporter.connections()
+        http = self.exporter.connections()
         yield CounterMetricFamily(
             "hostd_metrics_connections_refused",
             f"Scrape connections shut down or closed to make room ({MAX_CLIENTS} at once).",
@@ -323,13 +324,13 @@ def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:
 
 
 class Exporter:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, state: AgentState, status: StatusFile) -> None:
+        self.state, self.status = state, status
         self.server: Server | None = None
         self.address: tuple[str, int] | None = None
 
     def start(self) -> None:
-        conf = self.agent.policy.metrics
+        conf = self.state.policy.metrics
         if not conf.enabled:
             return
         address = os.environ.get("HOSTD_METRICS_ADDRESS") or conf.address
@@ -339,7 +340,7 @@ class Exporter:
             log.warning("metrics: HOSTD_METRICS_PORT is no port number: no exporter")
             return
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(Collector(self.agent))  # type: ignore[arg-type]
+        registry.register(Collector(self.status, self))  # type: ignore[arg-type]
         try:
             self.server = make_server(
                 address, port, make_wsgi_app(registry), Server, handler_class=Handler

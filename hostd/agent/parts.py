@@ -1,6 +1,9 @@
 """The agent's periodic parts, as the loop schedules them: each says when the loop must wake for
-it (``Part.wake``) and what it does once woken (``Part.run``, which looks at its own state and
-may find nothing to do yet).
+it (``wake``: a monotonic time, None for no need) and what it does once woken (``run``, which
+looks at its own state and may find nothing to do yet). Each is built once by the agent
+(``hostd.agent.core``) with only what it needs: the incremental state, the journal, the
+``AgentState`` (policy, mode, switch, the last event's time), a callable for each agent action
+it triggers, and ``waiting`` (whether events wait: other work leaves them the CPU).
 
 ``ORDER`` is the order they run in after the event pass of a step (``hostd.agent.loop.step``,
 which adds the drift rescan and the status file last): the records of exited threads first (a
@@ -15,22 +18,27 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from hostd.reconcile import PassReport
+from hostd.agent.state import JOIN_QUIET_S, AgentState
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.incremental import Incremental
     from hostd.agent.layerstats import LayerStats
+    from hostd.agent.sizer import Sizer
+    from hostd.agent.watch import WatchLoop
+    from hostd.journal import Journal
+    from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
 JOIN_BUDGET_S = 0.002  # cpuset joins per step, while no event waits
-JOIN_QUIET_S = 0.02  # ... and none came for this long (``join_at``)
-# A join slower than this held the host's forks and exits (a grace period, 5-16 ms on an idle
-# 2-CPU VM, is the most a join waits for on a quiet host): the next waits for a longer quiet,
-# at least a second, 4 times longer at each slow one, up to the drift rescan's minimum; each
-# quick one halves it again, a full pass (which joins all that waited) ends it (``join_backoff``)
+# ... and none came for JOIN_QUIET_S (``Joins.wake``). A join slower than this held the host's
+# forks and exits (a grace period, 5-16 ms on an idle 2-CPU VM, is the most a join waits for on
+# a quiet host): the next waits for a longer quiet, at least a second, 4 times longer at each
+# slow one, up to the drift rescan's minimum; each quick one halves it again, a full pass (which
+# joins all that waited) ends it (``Joins.backoff``)
 JOIN_SLOW_S, JOIN_BACKOFF_S, JOIN_QUIET_MAX_S = 0.05, 1.0, 60.0
 REDO_BUDGET_S = 0.005  # threads decided again after a re-layer, per step
 REDO_HOLD_S, REDO_FLOOR_S = 0.02, 0.05  # ... not within 20 ms of an event, unless 50 ms without
@@ -41,28 +49,18 @@ CLOSE_CHUNK = 256  # exited threads whose journal records are closed per step (a
 # memory meanwhile (1.5 KB a thread; with 50,000 the agent's RSS stayed 78 MB higher after a
 # storm at 100,000 threads)
 CLOSE_HOLD = 4096
+RELOOK_S = 0.25  # how often unsettled unnamed job threads are looked at again (TaskCache.relook)
 STATS_STEP_S = 0.001  # the layers' statistics (a sample's reads), per step, while no event waits
 STATS_FLOOR_S = 0.1  # ... and a step's worth at least this often whatever comes
 
-
-class Part(NamedTuple):
-    """One thing the loop does when its time comes."""
-
-    name: str
-    wake: Callable[[Agent], float | None]  # the monotonic time to wake for it (None: no need)
-    run: Callable[[Agent], None]  # what it does, once woken (it checks that its time has come)
-
-
-def waiting(agent: Agent) -> bool:
-    """Whether events, or threads they named, wait: other work leaves them the CPU."""
-    return bool(agent.inc.backlog) or agent.sources.events_waiting()
+Waiting = Callable[[], bool]  # whether events, or threads they named, wait
 
 
 def ready(due: float | None) -> bool:
     return due is not None and due <= time.monotonic()
 
 
-def freeze(agent: Agent, collect: bool) -> None:
+def freeze(state: AgentState, collect: bool) -> None:
     """What the agent keeps (100k threads' objects at the goal size) goes out of the cyclic
     collector's sight until the next full pass (``gc.freeze``): its full collections, scanning
     all of it, held events for 18-50 ms at 20k threads. At a full pass, after one collection
@@ -73,122 +71,183 @@ def freeze(agent: Agent, collect: bool) -> None:
     if collect:
         gc.collect()
     gc.freeze()
-    agent.refreeze = False
+    state.refreeze = False
 
 
-# -- the records of exited threads -----------------------------------------------------------
-def _close(agent: Agent) -> None:
-    if agent.exited and (not waiting(agent) or len(agent.exited) > CLOSE_HOLD):
-        agent.close_exited(CLOSE_CHUNK)
+class Close:
+    """The journal records of threads that exited (``Agent.close_exited``), a chunk a step."""
+
+    def __init__(self, exited: list, close: Callable[[int], None], waiting: Waiting) -> None:
+        self.exited, self.close, self.waiting = exited, close, waiting
+
+    def wake(self) -> float | None:
+        return 0.0 if self.exited else None
+
+    def run(self) -> None:
+        if self.exited and (not self.waiting() or len(self.exited) > CLOSE_HOLD):
+            self.close(CLOSE_CHUNK)
 
 
-# -- cpuset joins --------------------------------------------------------------------------
-def join_at(agent: Agent) -> float | None:
-    """When the waiting cpuset joins may be made (None: none waits): once the oldest is due and
-    no event came for ``agent.join_quiet`` (``JOIN_QUIET_S``; longer after a slow join). A join
-    takes the cgroup core's thread-group lock for writing: it waits for every fork and exit in
-    flight on the host, and every fork and exit waits for it. Made between the events of a storm
-    of 0.1 s threads on one crowded CPU, joins held the workload's threads in their fork or exit
-    for seconds (BENCHMARKS.md, "Cpuset joins in a storm"). A host that is never quiet this long
-    gets its joins from the drift rescan: the threads' affinity keeps them on their layer's CPUs
-    meanwhile."""
-    due = agent.inc.joins_due()
-    return None if due is None else max(due, agent.last_event + agent.join_quiet)
+class Joins:
+    """Cpuset joins that events left for later (``Agent.join_cpusets``), one at a time."""
+
+    def __init__(
+        self,
+        inc: Incremental,
+        state: AgentState,
+        counters: Counter[str],
+        join: Callable[[int], None],
+        waiting: Waiting,
+    ) -> None:
+        self.inc, self.state, self.counters = inc, state, counters
+        self.join, self.waiting = join, waiting
+
+    def wake(self) -> float | None:
+        """When the waiting cpuset joins may be made (None: none waits): once the oldest is due
+        and no event came for ``state.join_quiet`` (``JOIN_QUIET_S``; longer after a slow join).
+        A join takes the cgroup core's thread-group lock for writing: it waits for every fork and
+        exit in flight on the host, and every fork and exit waits for it. Made between the
+        events of a storm of 0.1 s threads on one crowded CPU, joins held the workload's threads
+        in their fork or exit for seconds (BENCHMARKS.md, "Cpuset joins in a storm"). A host that
+        is never quiet this long gets its joins from the drift rescan: the threads' affinity
+        keeps them on their layer's CPUs meanwhile."""
+        due = self.inc.joins_due()
+        return None if due is None else max(due, self.state.last_event + self.state.join_quiet)
+
+    def backoff(self, took: float) -> None:
+        """How long the next joins wait without events, after one that took ``took`` seconds. A
+        storm's own pauses (its creators waiting for a crowded CPU) outlast ``JOIN_QUIET_S``: a
+        join made in one waited up to a second for the threads in flight, and the storm's forks
+        and exits, and the agent's events, waited for it (BENCHMARKS.md, "A slow join backs
+        off")."""
+        state = self.state
+        quiet = state.join_quiet
+        if took > JOIN_SLOW_S:
+            state.join_quiet = min(max(quiet * 4, JOIN_BACKOFF_S), JOIN_QUIET_MAX_S)
+            self.counters["slow_joins"] += 1
+            log.info(
+                "cpuset join took %.0f ms (forks and exits on the host waited for it): the next "
+                "waits for %.0f s without events", took * 1000, state.join_quiet,
+            )  # fmt: skip
+        else:
+            state.join_quiet = max(quiet / 2, JOIN_QUIET_S)
+
+    def run(self) -> None:
+        deadline = time.monotonic() + JOIN_BUDGET_S
+        while ready(self.wake()) and time.monotonic() < deadline and not self.waiting():
+            began = time.monotonic()
+            self.join(1)  # one at a time: each is timed (``backoff``)
+            self.backoff(time.monotonic() - began)
 
 
-def join_backoff(agent: Agent, took: float) -> None:
-    """How long the next joins wait without events, after one that took ``took`` seconds. A
-    storm's own pauses (its creators waiting for a crowded CPU) outlast ``JOIN_QUIET_S``: a join
-    made in one waited up to a second for the threads in flight, and the storm's forks and
-    exits, and the agent's events, waited for it (BENCHMARKS.md, "A slow join backs off")."""
-    quiet = agent.join_quiet
-    if took > JOIN_SLOW_S:
-        agent.join_quiet = min(max(quiet * 4, JOIN_BACKOFF_S), JOIN_QUIET_MAX_S)
-        agent.counters["slow_joins"] += 1
-        log.info(
-            "cpuset join took %.0f ms (forks and exits on the host waited for it): the next "
-            "waits for %.0f s without events", took * 1000, agent.join_quiet,
-        )  # fmt: skip
-    else:
-        agent.join_quiet = max(quiet / 2, JOIN_QUIET_S)
+class Redo:
+    """The pool's threads after a re-layer (``Agent.redo``), a few at a time."""
+
+    def __init__(
+        self, inc: Incremental, state: AgentState, redo: Callable[[int], None], waiting: Waiting
+    ) -> None:
+        self.inc, self.state, self.redo, self.waiting = inc, state, redo, waiting
+        self.last = 0.0  # monotonic time the last chunk ended
+
+    def wake(self) -> float | None:
+        """When the pool's threads left by a re-layer may be worked on (None: none are left):
+        ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
+        threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
+        if not self.inc.redo_left:
+            return None
+        return min(self.state.last_event + REDO_HOLD_S, self.last + REDO_FLOOR_S)
+
+    def run(self) -> None:
+        deadline = time.monotonic() + REDO_BUDGET_S
+        while ready(self.wake()) and time.monotonic() < deadline and not self.waiting():
+            self.redo(8)  # about a millisecond each: an event waits at most that long
+            self.last = time.monotonic()
+        if self.state.refreeze:
+            freeze(self.state, collect=False)  # what a re-layer and its redo kept, out of the way
 
 
-def _joins(agent: Agent) -> None:
-    deadline = time.monotonic() + JOIN_BUDGET_S
-    while ready(join_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        began = time.monotonic()
-        agent.join_cpusets(1)  # one at a time: each is timed (``join_backoff``)
-        join_backoff(agent, time.monotonic() - began)
+class Compact:
+    """The journal's compaction, a few milliseconds a step while nothing else waits."""
+
+    def __init__(self, inc: Incremental, journal: Journal, waiting: Waiting) -> None:
+        self.inc, self.journal, self.waiting = inc, journal, waiting
+
+    def wake(self) -> float | None:
+        # its next step (or its fsync, looked at)
+        return time.monotonic() + COMPACT_POLL_S if self.journal.compacting else None
+
+    def run(self) -> None:
+        inc, journal = self.inc, self.journal
+        idle = not (inc.pending or inc.redo_left)
+        if (journal.compacting or (idle and journal.compact_due)) and not self.waiting():
+            began, problem = journal.compacting, journal.problem
+            if journal.compact(COMPACT_STEP_S) and began:  # a step; the next goes on
+                if journal.problem != problem:
+                    log.warning("journal %s", journal.problem)
+                else:
+                    log.info("journal compacted records=%d", len(journal))
 
 
-# -- the pool's threads after a re-layer ------------------------------------------------------
-def redo_at(agent: Agent) -> float | None:
-    """When the pool's threads left by a re-layer may be worked on (None: none are left):
-    ``REDO_HOLD_S`` after the last event pass (events come in bursts, a job starting its
-    threads: the burst first), but a chunk at least every ``REDO_FLOOR_S`` whatever comes."""
-    inc = agent.inc
-    if not inc.redo_left:
-        return None
-    return min(agent.last_event + REDO_HOLD_S, agent.last_redo + REDO_FLOOR_S)
+class Shrink:
+    """A layer due to give CPUs back (``Incremental.shrink_due``): a re-layer."""
+
+    def __init__(self, inc: Incremental, state: AgentState, relayer: Callable[..., object]) -> None:
+        self.inc, self.state, self.relayer = inc, state, relayer
+
+    def wake(self) -> float | None:
+        return self.inc.shrink_due
+
+    def run(self) -> None:
+        if ready(self.inc.shrink_due) and not self.state.disabled:
+            self.relayer("shrink", self.inc.why)
 
 
-def _redo(agent: Agent) -> None:
-    deadline = time.monotonic() + REDO_BUDGET_S
-    while ready(redo_at(agent)) and time.monotonic() < deadline and not waiting(agent):
-        agent.redo(8)  # about a millisecond each: an event waits at most that long
-        agent.last_redo = time.monotonic()
-    if agent.refreeze:
-        freeze(agent, collect=False)  # what a re-layer and its redo kept, out of the way too
+class Watch:
+    """The watch's tick and the ends of its boosts (``hostd.agent.watch``)."""
+
+    def __init__(self, watcher: WatchLoop, state: AgentState) -> None:
+        self.watcher, self.state = watcher, state
+
+    def wake(self) -> float | None:
+        return self.watcher.next_due()
+
+    def run(self) -> None:
+        now = time.monotonic()
+        if now >= self.watcher.next_due() and not self.state.disabled:
+            self.watcher.run_due(now)
 
 
-# -- the journal's compaction ---------------------------------------------------------------
-def _compact_wake(agent: Agent) -> float | None:
-    # its next step (or its fsync, looked at)
-    return time.monotonic() + COMPACT_POLL_S if agent.journal.compacting else None
+class Relook:
+    """A second look at unsettled unnamed job threads (``Agent.relook``), while there are some,
+    in a step without events."""
+
+    def __init__(
+        self, cache: TaskCache, state: AgentState, relook: Callable[[], None], waiting: Waiting
+    ) -> None:
+        self.cache, self.state, self.relook, self.waiting = cache, state, relook, waiting
+        self.at = 0.0  # monotonic time of the next relook (while threads are unsettled)
+
+    def wake(self) -> float | None:
+        return self.at if self.cache.unsettled and not self.state.disabled else None
+
+    def run(self) -> None:
+        if ready(self.wake()) and not self.waiting():
+            self.at = time.monotonic() + RELOOK_S
+            self.relook()
 
 
-def _compact(agent: Agent) -> None:
-    inc, journal = agent.inc, agent.journal
-    idle = not (inc.pending or inc.redo_left)
-    if (journal.compacting or (idle and journal.compact_due)) and not waiting(agent):
-        began, problem = journal.compacting, journal.problem
-        if journal.compact(COMPACT_STEP_S) and began:  # a step; the next goes on
-            if journal.problem != problem:
-                log.warning("journal %s", journal.problem)
-            else:
-                log.info("journal compacted records=%d", len(journal))
+class Resize:
+    """The sizer's tick (``hostd.agent.sizer``): a re-layer when a layer's count changed."""
 
+    def __init__(self, sizer: Sizer, state: AgentState, relayer: Callable[..., object]) -> None:
+        self.sizer, self.state, self.relayer = sizer, state, relayer
 
-# -- the timers -------------------------------------------------------------------------------
-def _shrink(agent: Agent) -> None:
-    inc = agent.inc
-    if ready(inc.shrink_due) and not agent.disabled:
-        agent.relayer("shrink", inc.why)
+    def wake(self) -> float | None:
+        return self.sizer.due if self.sizer.wanted and not self.state.disabled else None
 
-
-def _watch(agent: Agent) -> None:
-    now = time.monotonic()
-    if now >= agent.watcher.next_due() and not agent.disabled:
-        agent.watcher.run_due(now)
-
-
-def _relook_wake(agent: Agent) -> float | None:
-    return agent.relook_at if agent.cache.unsettled and not agent.disabled else None
-
-
-def _relook(agent: Agent) -> None:
-    # a relook waits for a step without events
-    if ready(_relook_wake(agent)) and not waiting(agent):
-        agent.relook()
-
-
-def _sizer_wake(agent: Agent) -> float | None:
-    return agent.sizer.due if agent.sizer.wanted and not agent.disabled else None
-
-
-def _sizer(agent: Agent) -> None:
-    if ready(_sizer_wake(agent)) and agent.sizer.tick():
-        agent.relayer("resize")  # a layer's count changed
+    def run(self) -> None:
+        if ready(self.wake()) and self.sizer.tick():
+            self.relayer("resize")  # a layer's count changed
 
 
 def stats_overdue(stats: LayerStats) -> bool:
@@ -198,21 +257,23 @@ def stats_overdue(stats: LayerStats) -> bool:
     return time.monotonic() - max(stats.due, stats.last_slice) >= STATS_FLOOR_S
 
 
-def _stats(agent: Agent) -> None:
-    stats = agent.layer_stats  # no reads when nobody scrapes or records
-    due = ready(stats.due) and stats.wanted and not agent.disabled
-    if due and (not waiting(agent) or stats_overdue(stats)) and stats.sample(STATS_STEP_S):
-        agent.write_status(PassReport(), None, state="running")  # what it found, said now
+class Stats:
+    """The layers' statistics (``hostd.agent.layerstats``), a slice a step; what a sample found
+    goes into the status file at once (``say``)."""
+
+    def __init__(
+        self, stats: LayerStats, state: AgentState, say: Callable[[], None], waiting: Waiting
+    ) -> None:
+        self.stats, self.state, self.say, self.waiting = stats, state, say, waiting
+
+    def wake(self) -> float | None:
+        return self.stats.due if self.stats.wanted else None
+
+    def run(self) -> None:
+        stats = self.stats  # no reads when nobody scrapes or records
+        due = ready(stats.due) and stats.wanted and not self.state.disabled
+        if due and (not self.waiting() or stats_overdue(stats)) and stats.sample(STATS_STEP_S):
+            self.say()
 
 
-ORDER: tuple[Part, ...] = (
-    Part("close", lambda a: 0.0 if a.exited else None, _close),
-    Part("joins", join_at, _joins),
-    Part("redo", redo_at, _redo),
-    Part("compact", _compact_wake, _compact),
-    Part("shrink", lambda a: a.inc.shrink_due, _shrink),
-    Part("watch", lambda a: a.watcher.next_due(), _watch),
-    Part("relook", _relook_wake, _relook),
-    Part("sizer", _sizer_wake, _sizer),
-    Part("stats", lambda a: a.layer_stats.due if a.layer_stats.wanted else None, _stats),
-)
+ORDER = (Close, Joins, Redo, Compact, Shrink, Watch, Relook, Resize, Stats)

@@ -7,7 +7,8 @@ threads of demoted sessions and hostd's real-time threads, one ``schedstat`` and
 processes, and the CPUs each session's preemptible processes used since the last tick.
 ``kept`` asks ``hostd.preempt.why_kept`` whether a session must be left alone (the node's
 infrastructure, by the node model; the job's own layers, the agent's own session);
-``interactive`` whose an interactive session is (its user's allowance).
+``interactive`` whose an interactive session is (its user's allowance). It reads through the
+host door and the watch's ``Applier`` (the threads hostd knows and how they were classified).
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from hostd.preempt import Key, Sample, why_kept
+from hostd.preempt import Key, Sample, Watch, shielding_layers, why_kept
 
 if TYPE_CHECKING:
-    from hostd.agent.watch import WatchLoop
+    from hostd.agent.applier import Applier
+    from hostd.agent.state import AgentState
+    from hostd.host import Host
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Sampler:
-    def __init__(self, loop: WatchLoop) -> None:
-        self.loop = loop
+    def __init__(self, host: Host, state: AgentState, watch: Watch, applier: Applier) -> None:
+        self.host, self.state, self.watch, self.applier = host, state, watch, applier
+        self.shielding = shielding_layers(state.policy)  # (the watch's ``configure`` renews it)
         # pid -> (start time, its threads' CPU ticks, its reaped children's, its parent)
         self.cpu: dict[int, tuple[int, int, int, int]] = {}
         # parents that have a child hostd saw alive to reap: its time is not theirs (``sample``)
@@ -46,9 +50,9 @@ class Sampler:
         and their reaped children's: a compiler that lived a tenth of a second shows in its
         parent's). Not the reaped time of a child hostd saw alive: it was that child's, counted
         (or not, a rank's) where it ran; a launcher that reaps its ranks is not busy for it."""
-        agent = self.loop.agent
-        cache, host, demoted = agent.cache, agent.host, self.loop.watch.demoted
-        counted = self.loop.watch.counted
+        applier = self.applier
+        cache, host, demoted = applier.cache, self.host, self.watch.demoted
+        counted, classified = self.watch.counted, applier.inc.classified
         rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
         sessions: dict[int, list[int]] = {}
         used: dict[int, float] = {}
@@ -64,7 +68,7 @@ class Sampler:
             if now is None or now.start_time != start:
                 reaping.add(ppid)  # it reaps (or has reaped) a child hostd saw alive
         for pid, proc in cache.procs.items():
-            if proc.is_kthread or pid in agent.exclude:
+            if proc.is_kthread or pid in applier.exclude:
                 continue
             sessions.setdefault(proc.session, []).append(pid)
             got = host.process_cpu(pid)
@@ -92,7 +96,7 @@ class Sampler:
             if delta <= 0:
                 continue
             shares[pid] = delta / CLK_TCK / span
-            item = agent.inc.classified.get(pid)
+            item = classified.get(pid)
             if item is not None and item.layer in counted:
                 used[proc.session] = used.get(proc.session, 0.0) + shares[pid]
         self.cpu, self.shares = cpu, shares
@@ -102,7 +106,7 @@ class Sampler:
         for pid in looked:
             session = cache.procs[pid].session
             for tid in cache.members.get(pid, ()):
-                task, item = cache.tasks.get(tid), agent.inc.classified.get(tid)
+                task, item = cache.tasks.get(tid), classified.get(tid)
                 if task is None or item is None:
                     continue
                 got = host.schedstat(pid, tid)
@@ -111,7 +115,7 @@ class Sampler:
                     samples.append(
                         Sample(task.key, pid, session, item.layer, got[0], got[1], state, task.uid)
                     )
-        self.loop.counters["samples"] += len(samples)
+        applier.counters["samples"] += len(samples)
         return samples, sessions, used
 
     def bystanders(self, sid: int, sessions: dict[int, list[int]], busy: float) -> set[int]:
@@ -119,7 +123,7 @@ class Sampler:
         every busy one (``busy`` CPUs or more over the last tick, itself or its reaped children)
         and not busy themselves: a root service or ``runuser`` that started a user's busy child
         in its own session, an operator's light shell around another user's work."""
-        cache = self.loop.agent.cache
+        cache = self.applier.cache
 
         def uid(pid: int) -> int | None:
             task = cache.tasks.get(pid)
@@ -137,7 +141,7 @@ class Sampler:
         gave a terminal; where logind says nothing of it (no systemd), a controlling terminal,
         which a user may open at will (``script``): an interactive session only has an
         allowance (``[preempt] interactive_cpus``), never a pass."""
-        cache = self.loop.agent.cache
+        cache = self.applier.cache
         procs = [cache.procs[pid] for pid in sessions.get(sid, []) if pid in cache.procs]
         logins = [p.node for p in procs if p.node.kind == "login" and p.node.login]
         if logins:
@@ -150,14 +154,13 @@ class Sampler:
 
     def kept(self, sid: int, sessions: dict[int, list[int]]) -> str | None:
         """Why session ``sid`` is never demoted, or None."""
-        agent = self.loop.agent
-        cache = agent.cache
+        cache, policy = self.applier.cache, self.state.policy
         pids = sessions.get(sid, [])
         layers = {
             item.layer
             for pid in pids
             for tid in cache.members.get(pid, ())
-            if (item := agent.inc.classified.get(tid)) is not None
+            if (item := self.applier.inc.classified.get(tid)) is not None
         }
         procs = [cache.procs[pid] for pid in pids if pid in cache.procs]
         return why_kept(
@@ -165,8 +168,8 @@ class Sampler:
             layers=layers,
             tty=any(proc.tty for proc in procs),
             own_sid=self.own_sid,
-            protected=agent.policy.protected,
-            shielding=self.loop.shielding,
+            protected=policy.protected,
+            shielding=self.shielding,
             places=(proc.node for proc in procs),
-            keep=agent.policy.preempt,
+            keep=policy.preempt,
         )

@@ -9,7 +9,9 @@ starts again (its next window is measured at its new size), and the agent re-lay
 present CPUs, ``current``: sticky growth; the layer's threads written at once, the pool's a few
 at a time), journaled as every change is; the log, ``hostd status`` and the metrics say each
 resize and why. A layer that loses its last thread forgets its size (it starts again at its
-minimum). Nothing is read while the policy has no self-sizing layer.
+minimum). Nothing is read while the policy has no self-sizing layer. It reads through the host
+door and the incremental state (the plan, the topology, the layers' thread counts), with the
+policy in force (``AgentState``); the loop ticks it (``hostd.agent.parts.Resize``).
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from typing import TYPE_CHECKING
 from hostd.plan.sizing import Decision, decide, shrink_window
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.incremental import Incremental
+    from hostd.agent.state import AgentState
+    from hostd.host import Host
 
 log = logging.getLogger("hostd")
 KEEP_RESIZES = 20  # the last resizes the status document shows
 
 
 class Sizer:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, host: Host, inc: Incremental, state: AgentState) -> None:
+        self.host, self.inc, self.state = host, inc, state
         self.prev: dict[int, tuple[int, int]] = {}  # cpu -> (busy, total) ticks last tick
         self.history: dict[str, deque[float]] = {}
         self.sizes: dict[str, int] = {}  # the count each self-sizing layer was given
@@ -42,22 +46,22 @@ class Sizer:
 
     @property
     def wanted(self) -> bool:
-        return bool(self.agent.policy.self_sizing) and self.agent.plan is not None
+        return bool(self.state.policy.self_sizing) and self.inc.plan is not None
 
     def tick(self) -> bool:
         """One interval: True when a layer's count changed (the agent re-layers now)."""
         started = time.monotonic()
-        agent = self.agent
-        sizing = agent.policy.sizing
+        policy = self.state.policy
+        sizing = policy.sizing
         self.due = started + sizing.interval
-        plan, topo = agent.plan, agent.inc.topology
+        plan, topo = self.inc.plan, self.inc.topology
         if plan is None or topo is None:
             return False
-        times = agent.host.cpu_times()
+        times = self.host.cpu_times()
         window = shrink_window(sizing) + 1
-        members = agent.inc.layer_counts
+        members = self.inc.layer_counts
         current: dict[str, int] = {}
-        for layer in agent.policy.self_sizing:
+        for layer in policy.self_sizing:
             lp = next((p for p in plan.layers if p.name == layer.name), None)
             if lp is None:
                 continue
@@ -79,7 +83,7 @@ class Sizer:
                 hist.append(min(1.0, max(0.0, busy / total)))
         self.prev = times
         history = {name: list(h) for name, h in self.history.items()}
-        decisions = decide(agent.policy, topo, history, current, members=members)
+        decisions = decide(policy, topo, history, current, members=members)
         self.last = decisions
         changed = [d for d in decisions.values() if d.changed and d.count > 0]
         for d in changed:
@@ -96,7 +100,7 @@ class Sizer:
 
     def planned(self) -> dict[str, int]:
         """The sizes the next plan uses: those of layers that have threads now."""
-        members = self.agent.inc.layer_counts
+        members = self.inc.layer_counts
         return {name: n for name, n in self.sizes.items() if members[name]}
 
     def doc(self) -> dict:

@@ -5,7 +5,8 @@ pass and, when counters changed, at most once a second otherwise (the loop asks 
 ``document`` says what it holds: the agent's state, mode, policy, event source, per-layer
 CPUs and thread counts, the last full pass, counters, journal size, knobs the kernel refused
 for good, the watch's state, what the host allows, and the agent's own cost (CPU seconds and
-resident memory, from psutil).
+resident memory, from psutil). The agent (``Agent.write_status``) hands it each of these, and
+the documents its parts make of themselves (``doc()``), never itself.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from hostd.reconcile import PassReport
 from hostd.statedir import open_dir, write_atomic
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
+    from hostd.agent.incremental import Incremental
+    from hostd.agent.sources import Sources
+    from hostd.agent.state import AgentState
+    from hostd.doctor import Capabilities
+    from hostd.journal import Journal
 
 STATUS_FILE = "status.json"
 EVERY_S = 1.0  # at most this often between full passes
@@ -40,11 +45,33 @@ def read_status(run_dir: str | Path) -> dict | None:
         return None
 
 
-def document(agent: Agent, report: PassReport, elapsed: float | None, state: str) -> dict:
-    """The status of ``agent`` after ``report`` (``elapsed``: a full pass's seconds)."""
+def document(
+    report: PassReport,
+    elapsed: float | None,
+    state: str,
+    agent: AgentState,
+    inc: Incremental,
+    sources: Sources,
+    journal: Journal,
+    caps: Capabilities,
+    *,
+    sidecar: bool,
+    passes: int,
+    counters: Counter[str],
+    unchangeable: set[str],
+    last: dict,
+    preempt: dict,
+    event_lag: dict,
+    layer_stats: dict,
+    attempts: dict,
+    sizing: dict | None,
+    metrics: str | None,
+) -> dict:
+    """The agent's status after ``report`` (``elapsed``: a full pass's seconds; ``last``: the
+    document written before; the rest: the parts' own documents)."""
     layers = []
-    if agent.plan is not None and state == "running":
-        counts = agent.inc.layer_counts
+    if inc.plan is not None and state == "running":
+        counts = inc.layer_counts
         layers = [
             {
                 "name": lp.name,
@@ -53,7 +80,7 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
                 "cpus": sorted(lp.cpus),
                 "notes": list(lp.notes),
             }
-            for lp in agent.plan.layers
+            for lp in inc.plan.layers
         ]
     status = {
         "version": __version__,
@@ -66,30 +93,26 @@ def document(agent: Agent, report: PassReport, elapsed: float | None, state: str
             "name": agent.policy.name,
             "sha256": agent.policy.sha256,
         },
-        "source": {"kind": agent.sources.kind, "detail": agent.sources.detail},
-        "sidecar": agent.sidecar,
+        "source": {"kind": sources.kind, "detail": sources.detail},
+        "sidecar": sidecar,
         "layers": layers,
-        "last_pass": agent.status.last.get("last_pass", {}),
-        "passes": agent.passes,
-        "events": dict(agent.counters),
-        "journal": {"path": str(agent.journal.path), "records": len(agent.journal)},
-        "unchangeable": sorted(agent.unchangeable),
-        "preempt": agent.watcher.status(),
+        "last_pass": last.get("last_pass", {}),
+        "passes": passes,
+        "events": dict(counters),
+        "journal": {"path": str(journal.path), "records": len(journal)},
+        "unchangeable": sorted(unchangeable),
+        "preempt": preempt,
         "self": own_cost(),
-        "event_lag": agent.event_lag.doc(),
-        "layer_stats": agent.layer_stats.doc(),
-        "attempts": agent.attempts.doc(),
-        "sizing": agent.sizer.doc() if agent.policy.self_sizing else None,
-        "metrics": (
-            f"http://{agent.exporter.address[0]}:{agent.exporter.address[1]}/metrics"
-            if agent.exporter.address
-            else None
-        ),
+        "event_lag": event_lag,
+        "layer_stats": layer_stats,
+        "attempts": attempts,
+        "sizing": sizing,
+        "metrics": metrics,
         "capabilities": {
-            "rt": agent.caps.rt,
-            "cpuset": agent.caps.cpuset,
-            "irqs": agent.caps.irqs,
-            "cpufreq": agent.caps.cpufreq,
+            "rt": caps.rt,
+            "cpuset": caps.cpuset,
+            "irqs": caps.irqs,
+            "cpufreq": caps.cpufreq,
         },
     }
     if elapsed is not None:

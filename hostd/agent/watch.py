@@ -5,12 +5,14 @@ threads, a demoted session, a real-time thread hostd made), ``WatchLoop.tick`` r
 ``/proc/PID/stat`` per process hostd knows (its CPU time and its leader's state) and, for the
 processes that ran or are runnable, the threads of demoted sessions and hostd's real-time
 threads, one ``/proc/PID/task/TID/schedstat`` and one ``stat`` (its state) per thread.
-``hostd.preempt.Watch`` decides; this module applies through the agent's planner and journal:
+``hostd.preempt.Watch`` decides; this module applies through the planner and the journal:
 
 The parts: ``sampling`` (what a tick reads; the sessions never demoted), ``demotion`` (demote
 and release a session), ``weights`` (a demoted session's own cgroup) and ``guard`` (boosts and
-runaways). This loop ticks, and decides threads again through the agent's planner and journal
-for all of them (``redecide``).
+runaways); they find and change threads through ``applier`` (``Applier.redecide``: threads
+decided again with the planner and applied through the agent's reconcile). The agent gives the
+watch its host, journal, ``AgentState``, what the host allows and an ``Applier``, never itself;
+its loop runs ``run_due`` when ``next_due`` comes (``hostd.agent.parts.Watch``).
 
 Its own cost is measured; the interval is stretched to 20 times it (at most 5 % of a CPU).
 """
@@ -19,60 +21,58 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from hostd.agent import loop
 from hostd.agent.demotion import Demotions
 from hostd.agent.guard import Guard, boost_value
 from hostd.agent.sampling import Sampler
 from hostd.agent.weights import GroupWeights, path_of
-from hostd.plan import may_touch
 from hostd.policy import Policy
 from hostd.preempt import Key, Watch, counted_layers, demoted_summary, shielding_layers
-from hostd.reconcile import Observed, PassReport, desired_for_tasks
 
 log = logging.getLogger("hostd")
 
 if TYPE_CHECKING:
-    from hostd.agent.core import Agent
-    from hostd.model.tasks import Task
+    from hostd.agent.applier import Applier
+    from hostd.agent.state import AgentState
+    from hostd.doctor import Capabilities
+    from hostd.host import Host
+    from hostd.journal import Journal
 
 __all__ = ["WatchLoop", "boost_value"]
 
 
 class WatchLoop:
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        policy = agent.policy
+    def __init__(
+        self, host: Host, journal: Journal, state: AgentState, caps: Capabilities, applier: Applier
+    ) -> None:
+        self.state, self.applier = state, applier
+        policy = state.policy
         self.watch = Watch(policy.preempt, policy.guard, policy.preemptible, counted_layers(policy))
-        self.shielding = shielding_layers(policy)
         self.due = 0.0  # monotonic time of the next tick
         self.cost = 0.0  # seconds the last tick took
-        self.counters: Counter[str] = Counter()
-        self.recent: deque[dict] = deque(maxlen=20)
         self.changed = False  # something for status.json since it was last written
         self.spared: set[int] = set()  # processes of demoted sessions left alone (bystanders)
-        self.sampler = Sampler(self)
-        self.demotions = Demotions(self)
-        self.weights = GroupWeights(self)
-        self.guard = Guard(self)
+        self.sampler = Sampler(host, state, self.watch, applier)
+        self.weights = GroupWeights(host, journal, state, self.watch, applier, self.spared)
+        self.demotions = Demotions(host, journal, state, self.watch, applier, self.weights)
+        self.guard = Guard(host, journal, state, caps, applier, self.weights.capped)
 
     def configure(self, policy: Policy) -> None:
         self.watch.configure(
             policy.preempt, policy.guard, policy.preemptible, counted_layers(policy)
         )
-        self.shielding = shielding_layers(policy)
+        self.sampler.shielding = shielding_layers(policy)
 
     # -- what is watched -------------------------------------------------------------------------
     def active(self) -> bool:
         """A protected layer has threads (the job is on this host)."""
-        counts = self.agent.inc.layer_counts
-        return any(counts[name] > 0 for name in self.agent.policy.protected)
+        counts = self.applier.inc.layer_counts
+        return any(counts[name] > 0 for name in self.state.policy.protected)
 
     def rt_keys(self) -> set[Key]:
-        planner = self.agent.planner
+        planner = self.applier.inc.planner
         if planner is None:
             return set()
         return set().union(*planner.rt_holders.values()) if planner.rt_holders else set()
@@ -88,14 +88,14 @@ class WatchLoop:
 
     # -- a tick ----------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
-        agent = self.agent
-        interval = agent.policy.preempt.interval
+        policy = self.state.policy
+        interval = policy.preempt.interval
         self.due = now + interval
-        if agent.planner is None:
+        if self.applier.inc.planner is None:
             return
         active = self.active()
         rt = self.rt_keys()
-        if not (active or self.watch.demoted or (rt and agent.policy.guard.enabled)):
+        if not (active or self.watch.demoted or (rt and policy.guard.enabled)):
             self.sampler.clear()
             return
         started = time.perf_counter()
@@ -114,11 +114,11 @@ class WatchLoop:
         for dem in decisions.demote:
             self.demotions.demote(dem.sid, dem.demand, sessions)
         for sid in decisions.lifted:
-            self.counters["lifts"] += 1
+            self.applier.counters["lifts"] += 1
             log.warning(
                 "preempt lift session=%d: runnable %g s without running while demoted (the "
-                "floor); not demoted again for %g s", sid, agent.policy.preempt.floor,
-                agent.policy.preempt.release_after,
+                "floor); not demoted again for %g s", sid, policy.preempt.floor,
+                policy.preempt.release_after,
             )  # fmt: skip
         for sid, why in decisions.release:
             self.demotions.release(sid, why, sessions)
@@ -129,7 +129,7 @@ class WatchLoop:
         self.weights.check()
         self.settle_weight(sessions)
         self.cost = time.perf_counter() - started
-        self.counters["ticks"] += 1
+        self.applier.counters["ticks"] += 1
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
         self.due = now + max(interval, 20 * self.cost)
 
@@ -137,20 +137,21 @@ class WatchLoop:
         """The bystanders of the demoted sessions (``Sampler.bystanders``) are left alone: the
         planner gives them no SCHED_IDLE and no session weight, and they stay in their cgroup.
         One that becomes one, or stops being one, is decided again at once."""
-        agent = self.agent
-        busy = agent.policy.preempt.busy / 4
+        busy = self.state.policy.preempt.busy / 4
         spared: set[int] = set()
         for sid in self.watch.demoted:
             spared |= self.sampler.bystanders(sid, sessions, busy)
         changed = spared ^ self.spared
         if not changed:
             return
-        self.spared = spared
-        if agent.planner is not None:
-            agent.planner.spared = set(spared)
+        self.spared.clear()  # (in place: ``GroupWeights`` holds it too)
+        self.spared.update(spared)
+        planner = self.applier.inc.planner
+        if planner is not None:
+            planner.spared = set(spared)
         for pid in sorted(changed & spared):
             log.info("preempt spare pid=%d: another user's bystander of a busy session", pid)
-        self.redecide(self.session_tasks(sorted(changed)))
+        self.applier.redecide(self.applier.session_tasks(sorted(changed)))
 
     def settle_weight(self, sessions: dict[int, list[int]]) -> None:
         """With ``[preempt] weigh_job = "while-needed"``, the job's sessions weigh more than the
@@ -158,78 +159,33 @@ class WatchLoop:
         contained (``GroupWeights.contained``): that weight is taken from every other cgroup at
         the root, the node's own slices included (BENCHMARKS.md, "A node with its
         infrastructure"). When that changes, the sessions' leaders are decided again at once."""
-        agent = self.agent
-        planner = agent.planner
+        policy, applier = self.state.policy, self.applier
+        planner, cache = applier.inc.planner, applier.cache
         if planner is None:
             return
-        want = agent.policy.preempt.weigh_job == "always" or any(
+        want = policy.preempt.weigh_job == "always" or any(
             not self.weights.contained(sid, sessions) for sid in self.watch.demoted
         )
         if planner.weighted == want:
             return
         planner.weighted = want
-        layers = {ly.name for ly in agent.policy.layers if (ly.sched.group_nice or 0) < 0}
+        layers = {ly.name for ly in policy.layers if (ly.sched.group_nice or 0) < 0}
         leaders = [
             task
-            for pid, proc in agent.cache.procs.items()
+            for pid, proc in cache.procs.items()
             if pid == proc.session
-            and (item := agent.inc.classified.get(pid)) is not None
+            and (item := applier.inc.classified.get(pid)) is not None
             and item.layer in layers
-            and (task := agent.cache.tasks.get(pid)) is not None
+            and (task := cache.tasks.get(pid)) is not None
         ]
-        report = self.redecide(leaders)
+        report = applier.redecide(leaders)
         log.info("preempt session weight %s leaders=%d applied=%d restored=%d",
                  "given" if want else "taken back: nothing demoted needs outweighing",
                  len(leaders), report.counts.get("applied", 0),
                  report.counts.get("restored", 0))  # fmt: skip
-        self.counters["weight_given" if want else "weight_taken"] += 1
-        self.note("weight", "given: demoted work the job must outweigh" if want
-                  else "taken back: no demoted work needs outweighing")  # fmt: skip
-
-    # -- what the parts share ------------------------------------------------------------------
-    def task(self, key: Key) -> Task | None:
-        task = self.agent.cache.tasks.get(key[0])
-        return task if task is not None and task.start_time == key[1] else None
-
-    def session_tasks(self, pids: list[int]) -> list[Task]:
-        cache = self.agent.cache
-        return [
-            task
-            for pid in pids
-            for tid in sorted(cache.members.get(pid, ()))
-            if (task := cache.tasks.get(tid)) is not None
-        ]
-
-    def redecide(self, tasks: list[Task], override: dict | None = None) -> PassReport:
-        """Decide these threads again with the planner and apply the difference (``override``:
-        knob values that win over the plan's, a boost)."""
-        agent = self.agent
-        planner = agent.planner
-        if planner is None or not tasks:
-            return PassReport()
-        items = [
-            item
-            for task in tasks
-            if (item := agent.inc.classified.get(task.tid)) is not None
-            and may_touch(item, planner.layers, agent.exclude)
-        ]
-        plans = []
-        for item in items:
-            tp, _ = planner.decide(item, agent.base_affinity(item.task.key))
-            if tp is not None:
-                plans.append(tp)
-        want = desired_for_tasks(plans)
-        want.update(override or {})
-        report = agent.reconcile(
-            want, Observed(item.task for item in items), only=[item.task.key for item in items]
-        )
-        for r in report.results:
-            agent.counters[r.outcome] += 1
-        loop.log_problems(report)
-        return report
-
-    def note(self, what: str, why: str, **about: object) -> None:
-        self.recent.append({"time": round(time.time(), 3), "what": what, "why": why, **about})
+        applier.counters["weight_given" if want else "weight_taken"] += 1
+        applier.note("weight", "given: demoted work the job must outweigh" if want
+                     else "taken back: no demoted work needs outweighing")  # fmt: skip
 
     # -- the agent's hooks ---------------------------------------------------------------------
     @property
@@ -255,12 +211,12 @@ class WatchLoop:
         self.weights.groups.clear()
 
     def status(self) -> dict:
-        agent = self.agent
-        policy = agent.policy
+        policy, applier = self.state.policy, self.applier
+        planner = applier.inc.planner
         now = time.monotonic()
         runaways = []
         for key in sorted(self.watch.runaways):
-            task = self.task(key)
+            task = applier.task(key)
             if task is not None:
                 runaways.append({"tid": task.tid, "start": task.start_time, "comm": task.comm})
         return {
@@ -271,11 +227,11 @@ class WatchLoop:
             "busy_cpus": policy.preempt.busy,
             "demoted": demoted_summary(self.watch.demoted, now),
             "demoted_cgroups": sorted({path_of(key) for key in self.weights.groups}),
-            "sessions_weighted": agent.planner.weighted if agent.planner is not None else True,
+            "sessions_weighted": planner.weighted if planner is not None else True,
             "guard": policy.guard.enabled,
             "boosting": len(self.guard.boosted),
             "runaways": runaways,
-            "counts": dict(self.counters),
+            "counts": dict(applier.counters),
             "tick_ms": round(self.cost * 1000, 2),
-            "recent": list(self.recent),
+            "recent": list(applier.recent),
         }

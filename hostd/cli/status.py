@@ -187,7 +187,7 @@ def attempt_lines(attempts: dict | None) -> list[str]:
     return lines
 
 
-# What an event of the agent's log of recent events (``loop.note``) did, as observe mode says
+# What an event of the agent's log of recent events (``Applier.note``) did, as observe mode says
 # it: there, it decided them and changed nothing.
 WOULD = {
     "demote": "would demote",

@@ -246,6 +246,12 @@ def test_a_burst_is_read_newest_first_and_the_rest_follows(agent, monkeypatch):
     assert agent.event_lag.doc()["count"] == len(new) - 1
 
 
+def _part(agent, kind):
+    """The agent's part of this class (``parts.ORDER``)."""
+    (part,) = [p for p in agent.parts if isinstance(p, kind)]
+    return part
+
+
 class _Connector:
     """A thread-event source that is ready at once and hands out what it was given."""
 
@@ -359,10 +365,10 @@ def test_the_agents_own_threads_keep_to_the_pool_and_get_their_cpus_back(agent, 
     assert calls == [(7001, {0, 1}), (me, {0, 1})]
     loop.keep_to_pool(agent)  # the same pool: nothing to do
     assert len(calls) == 2
-    agent.mode_override = "observe"  # the layers hold no CPUs of their own: back
+    agent.state.mode_override = "observe"  # the layers hold no CPUs of their own: back
     loop.keep_to_pool(agent)
     assert calls[2:] == [(7001, own), (me, own)]
-    agent.mode_override = None
+    agent.state.mode_override = None
     loop.keep_to_pool(agent)
     loop.keep_to_pool(agent, leaving=True)
     assert calls[4:] == [(7001, pool & own), (me, pool & own), (7001, own), (me, own)]
@@ -455,7 +461,7 @@ def test_the_records_of_exited_threads_are_closed_when_no_event_waits(agent, mon
     agent.sources.kind = "events"
     monkeypatch.setattr(parts, "CLOSE_CHUNK", 5)
     busy = [True]
-    monkeypatch.setattr(parts, "waiting", lambda agent: busy[0])
+    monkeypatch.setattr(agent.sources, "events_waiting", lambda: busy[0])
     loop.step(agent)
     assert len(agent.exited) == 12  # events wait: not now
     monkeypatch.setattr(parts, "CLOSE_HOLD", 10)
@@ -475,22 +481,22 @@ def test_cpuset_joins_wait_for_a_moment_without_events(agent, monkeypatch):
     until no event came for ``JOIN_QUIET_S`` (made between the events of a storm of short
     threads, joins held the workload's forks and exits for seconds)."""
     agent.pass_once()
-    joined = []
-    monkeypatch.setattr(agent, "join_cpusets", lambda _: joined.append(agent.inc.pending.popitem()))
-    monkeypatch.setattr(parts, "waiting", lambda agent: False)  # no event waits between steps
+    joined, joins, state = [], _part(agent, parts.Joins), agent.state
+    monkeypatch.setattr(joins, "join", lambda _: joined.append(agent.inc.pending.popitem()))
+    monkeypatch.setattr(agent.sources, "events_waiting", lambda: False)  # none between steps
     agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, time.monotonic() - 1.0)  # due
     agent.sources.kind = "events"
     agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
-    agent.join_quiet = 3600.0  # (a quiet no slow step of a loaded test machine outlasts)
+    state.join_quiet = 3600.0  # (a quiet no slow step of a loaded test machine outlasts)
     loop.step(agent)  # an event came: the join waits
     assert agent.counters["event_passes"] == 1
-    assert not joined and parts.join_at(agent) == agent.last_event + agent.join_quiet
+    assert not joined and joins.wake() == state.last_event + state.join_quiet
     agent.sources.connector.close()
     agent.sources.connector = None  # no more events: the loop wakes for the join, and makes it
-    agent.last_event -= agent.join_quiet  # (that long ago)
+    state.last_event -= state.join_quiet  # (that long ago)
     loop.step(agent)
     assert [key for key, _ in joined] == [(4300, 1)]
-    assert parts.join_at(agent) is None
+    assert joins.wake() is None
 
 
 def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkeypatch, caplog):
@@ -500,44 +506,44 @@ def test_a_slow_cpuset_join_makes_the_next_wait_for_a_longer_quiet(agent, monkey
     next wait for a second without events (4 times longer at each slow one, at most a minute),
     and each quick one halves that again."""
     agent.pass_once()
-    joined = []
-    monkeypatch.setattr(agent, "join_cpusets", lambda n: joined.append(agent.inc.pending.popitem()))
-    monkeypatch.setattr(parts, "waiting", lambda agent: False)
+    joined, joins, state = [], _part(agent, parts.Joins), agent.state
+    monkeypatch.setattr(joins, "join", lambda n: joined.append(agent.inc.pending.popitem()))
+    monkeypatch.setattr(agent.sources, "events_waiting", lambda: False)
     monkeypatch.setattr(parts, "JOIN_SLOW_S", -1.0)  # every join is slow
     due = time.monotonic() - 2.0
     agent.inc.pending[(4300, 1)] = ("/hostd/trainer", None, due)
     with caplog.at_level(logging.INFO, logger="hostd"):
         loop.step(agent)  # no event yet: made, and slow
     assert [key for key, _ in joined] == [(4300, 1)]
-    assert agent.join_quiet == parts.JOIN_BACKOFF_S and agent.counters["slow_joins"] == 1
+    assert state.join_quiet == parts.JOIN_BACKOFF_S and agent.counters["slow_joins"] == 1
     assert "the next waits for 1 s without events" in caplog.text
     agent.inc.pending[(4301, 1)] = ("/hostd/trainer", None, due)
     agent.sources.kind = "events"
     agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
     loop.step(agent)  # an event: the next join waits a second from it, not 20 ms
     assert len(joined) == 1
-    assert parts.join_at(agent) == agent.last_event + parts.JOIN_BACKOFF_S
+    assert joins.wake() == state.last_event + parts.JOIN_BACKOFF_S
     agent.sources.connector.close()
     agent.sources.connector = None
     monkeypatch.setattr(parts, "JOIN_SLOW_S", 1e9)  # quick from now on
-    agent.last_event -= parts.JOIN_BACKOFF_S  # a second went by without events
+    state.last_event -= parts.JOIN_BACKOFF_S  # a second went by without events
     loop.step(agent)
     assert [key for key, _ in joined] == [(4300, 1), (4301, 1)]
-    assert agent.join_quiet == parts.JOIN_BACKOFF_S / 2
+    assert state.join_quiet == parts.JOIN_BACKOFF_S / 2
 
 
 def test_slow_joins_back_off_up_to_a_minute_until_quick_ones_or_a_full_pass(agent):
-    seen = []
+    seen, joins, state = [], _part(agent, parts.Joins), agent.state
     for took in (0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.001):
-        parts.join_backoff(agent, took)
-        seen.append(agent.join_quiet)
+        joins.backoff(took)
+        seen.append(state.join_quiet)
     assert seen == [1.0, 4.0, 16.0, 60.0, 60.0, 30.0, 15.0, 7.5]
     for _ in range(20):
-        parts.join_backoff(agent, 0.001)
-    assert agent.join_quiet == parts.JOIN_QUIET_S
-    parts.join_backoff(agent, 0.1)
+        joins.backoff(0.001)
+    assert state.join_quiet == parts.JOIN_QUIET_S
+    joins.backoff(0.1)
     loop.full(agent, "drift")  # a full pass joins all that waited: the backoff ends with it
-    assert agent.join_quiet == parts.JOIN_QUIET_S
+    assert state.join_quiet == parts.JOIN_QUIET_S
 
 
 @pytest.mark.parametrize(
@@ -568,7 +574,7 @@ def test_the_first_run_says_what_it_waits_for_where_no_job_runs(agent):
     assert line is not None and "\n" not in line
     assert "no job here yet" in line and "trainer" in line and "`hostd demo`" in line
     assert ("gives" in line) == (agent.mode == "enforce")
-    agent.mode_override = "observe"
+    agent.state.mode_override = "observe"
     observed = loop.first_run_hint(agent)
     assert observed is not None and "would give" in observed
     assert "(observe mode: it changes nothing)" in observed
@@ -632,3 +638,10 @@ def test_a_parent_is_not_busy_with_the_time_of_a_child_it_reaps_that_hostd_saw(a
     assert launcher not in tick()
     assert launcher not in tick(reaped=3 * CLK_TCK)  # reaped now: the rank's time, not its
     assert tick(reaped=CLK_TCK // 2).get(launcher) == 0.5  # a child it never showed: its
+
+
+def test_the_agent_builds_its_parts_once_in_their_order(agent):
+    """Each periodic part is built once, with only what it needs, in ``parts.ORDER``: the loop
+    runs them in that order after the event pass."""
+    assert tuple(type(part) for part in agent.parts) == parts.ORDER
+    assert not any(isinstance(v, type(agent)) for p in agent.parts for v in vars(p).values())
