@@ -46,7 +46,9 @@ even in a storm: what its own priority costs the job) and ``node+cap`` (no hostd
 container's cgroup idle and capped at ``--cap`` CPUs by this script, its threads SCHED_IDLE, the
 ranks at the default weight: what the kernel makes of a capped container, hostd's part left
 out) and ``node+hostd+bycap`` (the two together: hostd on the node with the container kept,
-which this script caps by hand: what hostd's own presence costs beside a capped container).
+which this script caps by hand: what hostd's own presence costs beside a capped container) and
+``node+latecap`` (no hostd: ``node+cap``'s settings made ``LATE_CAP_S`` after the job's launch,
+when hostd contains the container: what the order of the settings costs).
 The job's
 speed is judged against alone and against quiet (what the node's own work leaves it) on the
 median and on the worst repetition; the infrastructure on every
@@ -67,6 +69,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -82,11 +85,12 @@ from hostd.policy import default_policy_bytes  # noqa: E402
 from tests.nodecg import CONTAINERD, Cgroup, bundle, hexid, pod_path  # noqa: E402
 
 SECTION = "## A node with its infrastructure (bench/node.py)"
+LATE_CAP_S = 5.0  # node+latecap: when hostd demotes the container, after the launch (4.5-5.5 s)
 TRAIN = HERE / "trainer" / "train.py"
 ARMS = (
     "alone", "infra", "quiet", "quiet+hostd", "node", "node+hostd", "node+hostd+unweighed",
     "node+hostd+always", "node+hostd-ops", "node+hostd+nice0", "node+hostd+calm", "node+cap",
-    "node+hostd+bycap",
+    "node+hostd+bycap", "node+latecap",
 )  # fmt: skip
 # What each variant of the shipped policy changes in it: (its line, the variant's lines).
 WEIGH = b'weigh = ["container"]\n'
@@ -411,6 +415,11 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
     node = Node(work, args, infra=arm != "alone", contended=arm.startswith("node"))
     if arm == "node+cap" or arm.endswith("+bycap"):
         cap_by_hand(node, args.cap if args.cap is not None else 0.02)
+    late = None
+    if arm == "node+latecap":  # made while the job runs (its launch is 1 s from now)
+        late = threading.Timer(1 + LATE_CAP_S, cap_by_hand,
+                               (node, args.cap if args.cap is not None else 0.02))  # fmt: skip
+        late.start()
     time.sleep(1)
     progress = Progress(node.watch) if node.watch else None
     try:
@@ -425,6 +434,9 @@ def one(arm: str, rep: int, args: argparse.Namespace, work: Path) -> dict:
             if agent is not None:  # the agent's own CPU while the job ran
                 job["agent_cpu"] = (cpu_seconds(agent.proc.pid) - used) / (time.monotonic() - began)
     finally:
+        if late is not None:
+            late.cancel()
+            late.join()
         status = agent.status() if agent is not None else {}
         parts = node.stop()
         log = agent.stop() if agent is not None else ""
