@@ -43,13 +43,15 @@ def pod_path(qos: str, container: str) -> str:
 # FSETID, KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
 # AUDIT_WRITE, SETFCAP
 DEFAULT_CAPS = frozenset((0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31))
-CLONE_NEWNET, PR_CAPBSET_DROP = 0x40000000, 24
+CLONE_NEWNET, CLONE_NEWUSER, PR_CAPBSET_DROP = 0x40000000, 0x10000000, 24
 
 
-def contain(host_network: bool = False) -> None:
+def contain(host_network: bool = False, own_user_ns: bool = False) -> None:
     """Make the calling process (a child between fork and exec) look as a pod's container does
     to the kernel: its own network namespace unless ``host_network`` (``hostNetwork: true``),
-    and a bounding set of containerd's default capabilities only."""
+    and a bounding set of containerd's default capabilities only. ``own_user_ns``: then, as a
+    workload may where seccomp allows it (``unshare -U``), a user namespace of its own, where
+    its bounding set is full again."""
     libc = ctypes.CDLL(None, use_errno=True)
     if not host_network and libc.unshare(CLONE_NEWNET) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
@@ -57,6 +59,8 @@ def contain(host_network: bool = False) -> None:
     for cap in range(last + 1):
         if cap not in DEFAULT_CAPS and libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
+    if own_user_ns and libc.unshare(CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
 
 
 def bundle(container: str, namespace: str, pod: str = "") -> Path:

@@ -279,11 +279,11 @@ class HostThreads(HostFiles):
             self._pods[container] = found
         return found
 
-    def netns(self, pid: int) -> int | None:
-        """The inode of process ``pid``'s network namespace (/proc/PID/ns/net: the kernel's id
-        of it), or None when it is gone or this tree has none."""
+    def namespace(self, pid: int, kind: str) -> int | None:
+        """The inode of process ``pid``'s namespace of ``kind`` ("net", "user": /proc/PID/ns/KIND,
+        the kernel's id of it), or None when it is gone or this tree has none."""
         try:
-            return os.stat(self._prefix + paths.proc(pid, "ns/net")).st_ino
+            return os.stat(self._prefix + paths.proc(pid, f"ns/{kind}")).st_ino
         except OSError:
             return None
 

@@ -107,16 +107,23 @@ class Place:
         return f"{self.kind} {self.unit}".rstrip()
 
 
-def host_access(netns: int | None, host_netns: int | None, cap_bnd: int) -> str:
+def host_access(
+    net: tuple[int | None, int | None], user: tuple[int | None, int | None], cap_bnd: int
+) -> str:
     """What a pod's process may reach of the host, as the kernel says: "host network" where its
-    network namespace is the host's (``netns``: the inode of /proc/PID/ns/net; ``host_netns``:
-    kthreadd's, ``KTHREADD``, which like every kernel thread runs in the host's; PID 1's may be
-    unreadable, as in a micro-VM whose init is a sandbox), "privileged" where its bounding set
-    holds CAP_SYS_ADMIN (a container's runtime drops it unless the pod is privileged or asked
-    for it), else "". Unknown namespaces (a fixture tree) say nothing."""
-    if netns is not None and netns == host_netns:
+    network namespace is the host's, "privileged" where it runs in the host's user namespace
+    with CAP_SYS_ADMIN in its bounding set (a container's runtime drops it unless the pod is
+    privileged or asked for it), else "". ``net`` and ``user``: the inodes of the process's
+    namespace (/proc/PID/ns/KIND) and of kthreadd's (``KTHREADD``, which like every kernel
+    thread runs in the host's; PID 1's may be unreadable, as in a micro-VM whose init is a
+    sandbox). Capabilities count only in the host's user namespace: a process that makes a user
+    namespace of its own (``unshare -U``, open to any process where seccomp allows it) gets a
+    full bounding set there, over nothing of the host's. Unknown namespaces (a fixture tree)
+    say nothing."""
+    known = all(ino is not None for ino in (*net, *user))
+    if known and net[0] == net[1]:
         return "host network"
-    if cap_bnd >> CAP_SYS_ADMIN & 1:
+    if known and user[0] == user[1] and cap_bnd >> CAP_SYS_ADMIN & 1:
         return "privileged"
     return ""
 

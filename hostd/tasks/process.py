@@ -154,8 +154,13 @@ def node_of(host: Host, cgroup: str, pid: int = 0, cap_bnd: int = 0) -> Place:
     where = place(cgroup)
     if where.kind == "pod":
         if pid > 0:
+            ns = host.namespace
             where = where.with_host_access(
-                host_access(host.netns(pid), host.netns(KTHREADD), cap_bnd)
+                host_access(
+                    (ns(pid, "net"), ns(KTHREADD, "net")),
+                    (ns(pid, "user"), ns(KTHREADD, "user")),
+                    cap_bnd,
+                )
             )
         pod = host.pod_of(where.container) if where.container else None
         if pod is not None:

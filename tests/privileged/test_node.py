@@ -79,7 +79,7 @@ class Node:
     """The stand-in node: name -> (cgroup path, uid, demoted or kept by the default rules)."""
 
     def __init__(self) -> None:
-        infra, work, agent = hexid(), hexid(), hexid()
+        infra, work, agent, userns = hexid(), hexid(), hexid(), hexid()
         self.layout: dict[str, tuple[str, int, bool]] = {
             "container": (f"/system.slice/docker-{hexid()}.scope", 0, True),
             "transient": ("/system.slice/run-u4242.service", 0, True),
@@ -92,17 +92,17 @@ class Node:
         self.procs: dict[str, subprocess.Popen] = {}
         self.job: subprocess.Popen | None = None
         self.made_runtime = not CONTAINERD.parent.exists()
-        self.infra, self.work, self.agent = infra, work, agent
+        self.infra, self.work, self.agent, self.userns = infra, work, agent, userns
 
     def start(self) -> None:
         """Start every process in its place (``close`` undoes what was started, also when this
         stops half-way)."""
-        infra, work, agent = self.infra, self.work, self.agent
+        infra, work, agent, userns = self.infra, self.work, self.agent, self.userns
         if self.made_runtime:
             try:
                 self.bundles = [
                     bundle(infra, "kube-system"), bundle(work, "team-a"),
-                    bundle(agent, "monitoring", "node-exporter-x7"),
+                    bundle(agent, "monitoring", "node-exporter-x7"), bundle(userns, "team-b"),
                 ]  # fmt: skip
             except OSError:  # /run is not ours to write here (a read-only root): no pods
                 self.made_runtime = False
@@ -111,6 +111,9 @@ class Node:
                 self.layout["workload-pod"] = (pod_path("besteffort", work), 0, True)
                 # a DaemonSet's agent in a namespace the policy does not list: hostNetwork
                 self.layout["agent-pod"] = (pod_path("burstable", agent), 0, False)
+                # a workload that made a user namespace of its own: a full bounding set there,
+                # no agent of the node's
+                self.layout["userns-pod"] = (pod_path("besteffort", userns), 0, True)
         for name, (path, _, _) in self.layout.items():
             self.cgroups[name] = Cgroup(path)
         self.job = subprocess.Popen([PYTHON, "-c", BUSY, "tjob"], start_new_session=True)
@@ -120,7 +123,7 @@ class Node:
             def place(cg=cg, uid=uid, name=name) -> None:
                 cg.join()
                 if name.endswith("-pod"):
-                    contain(host_network=name == "agent-pod")
+                    contain(host_network=name == "agent-pod", own_user_ns=name == "userns-pod")
                 if uid:
                     os.setgid(uid)
                     os.setuid(uid)
@@ -198,7 +201,7 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
         for name in demoted:
             assert now[name][1] == ("19" if AUTOGROUPS else before[name][1]), name
         for name in demoted:
-            if name in ("container", "workload-pod") and write:
+            if name in ("container", "workload-pod", "userns-pod") and write:
                 assert now[name][2] != before[name][2], f"{name}'s cgroup yields"
             else:
                 assert now[name][2] == before[name][2], f"{name}'s cgroup was written"

@@ -222,19 +222,26 @@ def test_a_process_is_placed_with_its_managers_records(tmp_path) -> None:
     assert pod.host_access == "" and unknown.host_access == ""  # no namespaces in a tree
 
 
+HOST, POD_NS, OWN = 4026531840, 4026532301, 4026532555  # namespace inodes
+DEFAULT_SET, FULL_SET = 0x00000000A80425FB, 0x000001FFFFFFFFFF  # containerd's; every capability
+
+
 @pytest.mark.parametrize(
-    ("netns", "host_netns", "cap_bnd", "want"),
+    ("net", "user", "cap_bnd", "want"),
     [
-        (4026531840, 4026531840, 0, "host network"),  # hostNetwork: PID 1's namespace
-        (4026532301, 4026531840, 0x00000000A80425FB, ""),  # containerd's default set
-        (4026532301, 4026531840, 0x000001FFFFFFFFFF, "privileged"),  # every capability
-        (4026532301, 4026531840, 1 << CAP_SYS_ADMIN, "privileged"),  # SYS_ADMIN added
-        (None, None, 0, ""),  # a fixture tree: namespaces unknown
-        (None, 4026531840, 0, ""),  # the process is gone
+        ((HOST, HOST), (HOST, HOST), DEFAULT_SET, "host network"),  # hostNetwork: kthreadd's
+        ((POD_NS, HOST), (HOST, HOST), DEFAULT_SET, ""),  # containerd's default set
+        ((POD_NS, HOST), (HOST, HOST), FULL_SET, "privileged"),  # every capability
+        ((POD_NS, HOST), (HOST, HOST), 1 << CAP_SYS_ADMIN, "privileged"),  # SYS_ADMIN added
+        # a workload's process that made a user namespace of its own (unshare -U): a full
+        # bounding set there, over nothing of the host's
+        ((POD_NS, HOST), (OWN, HOST), FULL_SET, ""),
+        ((None, None), (None, None), FULL_SET, ""),  # a fixture tree: namespaces unknown
+        ((None, HOST), (None, HOST), FULL_SET, ""),  # the process is gone
     ],
 )
-def test_a_pods_host_access_is_the_kernels(netns, host_netns, cap_bnd, want) -> None:
-    assert host_access(netns, host_netns, cap_bnd) == want
+def test_a_pods_host_access_is_the_kernels(net, user, cap_bnd, want) -> None:
+    assert host_access(net, user, cap_bnd) == want
 
 
 def test_a_node_agents_pod_says_so() -> None:
