@@ -44,6 +44,7 @@ class Host(HostThreads):
         self._nvml: tuple[NvmlInfo | None, str] | None = None
         self._known_start: dict[int, int] | None = None
         self._pods: dict[str, tuple[str, str, bool]] = {}  # container id -> its pod (pod_of)
+        self._host_ns: dict[str, int] = {}  # kind -> the host's namespace (host_namespace)
         # The kernel's machine name (its system call numbers); a fixture tree's is x86_64.
         self.machine = os.uname().machine if self.root == "/" else "x86_64"
 

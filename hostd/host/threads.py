@@ -40,7 +40,7 @@ from hostd.host.parsers import (
     split_stat,
 )
 from hostd.host.syscalls import ThreadCalls
-from hostd.model.node import HEX64
+from hostd.model.node import HEX64, KTHREADD
 from hostd.model.tasks import activity_of
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -53,6 +53,7 @@ class HostThreads(HostFiles):
     _calls: ThreadCalls | None  # per-thread system calls given instead of the kernel's
     _known_start: dict[int, int] | None  # see known_start_times
     _pods: dict[str, tuple[str, str, bool]]  # container id -> its pod (pod_of)
+    _host_ns: dict[str, int]  # kind -> the host's namespace (host_namespace)
 
     # -- threads -----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -278,6 +279,15 @@ class HostThreads(HostFiles):
                 self._pods.clear()
             self._pods[container] = found
         return found
+
+    def host_namespace(self, kind: str) -> int | None:
+        """``namespace`` of kthreadd (the host's: every kernel thread's), read once."""
+        if kind not in self._host_ns:
+            found = self.namespace(KTHREADD, kind)
+            if found is None:
+                return None  # (a fixture tree, or not readable: asked again next time)
+            self._host_ns[kind] = found
+        return self._host_ns[kind]
 
     def namespace(self, pid: int, kind: str) -> int | None:
         """The inode of process ``pid``'s namespace of ``kind`` ("net", "user": /proc/PID/ns/KIND,

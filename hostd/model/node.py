@@ -20,10 +20,12 @@ owns everything below it, whatever names it made there (a rootless container, a
 ``system.slice`` inside a container, a ``kubepods`` below a user's manager). The state files
 are root's, written by containerd, CRI-O, dockerd and logind; a pod's namespace is what the
 Kubernetes API admitted. A pod's host access is the kernel's: a process in a pod's cgroup
-shares the host's network namespace, or has CAP_SYS_ADMIN in its bounding set, only where the
-pod was admitted with ``hostNetwork`` or ``privileged`` (what Kubernetes' baseline Pod Security
-Standard forbids: the node's agents, CNI, kube-proxy, exporters, device plugins, run so), or
-where a process already holding CAP_SYS_ADMIN on the host moved it there.
+shares the host's network namespace, or has CAP_SYS_ADMIN in its bounding set in the host's
+user namespace, only where the pod was admitted with ``hostNetwork`` or ``privileged`` (what
+Kubernetes' baseline Pod Security Standard forbids: the node's agents, CNI, kube-proxy,
+exporters, device plugins, run so), or where a process already holding CAP_SYS_ADMIN on the
+host moved it there (a user namespace of its own gives a process a full bounding set over
+nothing of the host's: ``host_access``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ KINDS = {
 QOS = ("guaranteed", "burstable", "besteffort")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 CAP_SYS_ADMIN = 21
-KTHREADD = 2  # the kernel's thread of threads: it runs in the host's network namespace (init_net)
+KTHREADD = 2  # the kernel's thread of threads: in the host's network and user namespaces
 # hostd's own cgroup for demoted processes of the root cgroup (``hostd.sched.group``): its
 # processes are the root cgroup's.
 DEMOTED_HOME = "/hostd.demoted"

@@ -24,7 +24,7 @@ from hostd.host.parsers import (
 )
 from hostd.model.cpus import home_of
 from hostd.model.jobs import environ_vars, job_of
-from hostd.model.node import KERNEL, KTHREADD, Place, host_access, place
+from hostd.model.node import KERNEL, Place, host_access, place
 from hostd.model.tasks import (
     GPU_DEVICE_PREFIXES,
     RENDER_PREFIX,
@@ -157,8 +157,8 @@ def node_of(host: Host, cgroup: str, pid: int = 0, cap_bnd: int = 0) -> Place:
             ns = host.namespace
             where = where.with_host_access(
                 host_access(
-                    (ns(pid, "net"), ns(KTHREADD, "net")),
-                    (ns(pid, "user"), ns(KTHREADD, "user")),
+                    (ns(pid, "net"), host.host_namespace("net")),
+                    (ns(pid, "user"), host.host_namespace("user")),
                     cap_bnd,
                 )
             )
