@@ -176,7 +176,8 @@ def main() -> None:
             told = now
         if done.item() > 0:
             break
-    elapsed = time.monotonic() - (counted_at or start)
+    began_at = counted_at or start
+    elapsed = time.monotonic() - began_at
     if rank == 0:
         step_times.sort()
 
@@ -192,6 +193,8 @@ def main() -> None:
                 "steps_per_s": steps / elapsed,
                 "step_ms_p50": pct(0.5),
                 "step_ms_p99": pct(0.99),
+                # the counted window, in CLOCK_MONOTONIC (system-wide): what ran beside it
+                "window": [round(began_at, 3), round(began_at + elapsed, 3)],
             }
         )
         print(line, flush=True)

@@ -36,24 +36,48 @@ class Sampler:
         self.reaping: set[int] = set()
         self.cpu_ticks = 0  # boot ticks when ``cpu`` was read
         self.shares: dict[int, float] = {}  # CPUs each process used over the last tick
+        self.launchers: dict[int, str] = {}  # parent of a protected process -> its layer
         self.own_sid = os.getsid(0)
 
-    def clear(self) -> None:
-        """Nothing watched: the next sample starts afresh."""
-        self.cpu.clear()
-        self.reaping.clear()
-        self.cpu_ticks = 0
-
     def sample(self, rt: set[Key]) -> tuple[list[Sample], dict[int, list[int]], dict[int, float]]:
-        """Schedstat samples of the threads worth a look, every session's processes, and the
-        CPUs each session's preemptible processes used since the last tick (their own CPU time
-        and their reaped children's: a compiler that lived a tenth of a second shows in its
-        parent's). Not the reaped time of a child hostd saw alive: it was that child's, counted
-        (or not, a rank's) where it ran; a launcher that reaps its ranks is not busy for it."""
+        """Schedstat samples of the threads worth a look (``processes``' ``looked``), every
+        session's processes, and the CPUs each session's preemptible processes used since the
+        last read."""
+        sessions, used, looked = self.processes(rt)
+        applier, cache, host = self.applier, self.applier.cache, self.host
+        classified = applier.inc.classified
+        samples: list[Sample] = []
+        for pid in looked:
+            session = cache.procs[pid].session
+            for tid in cache.members.get(pid, ()):
+                task, item = cache.tasks.get(tid), classified.get(tid)
+                if task is None or item is None:
+                    continue
+                got = host.schedstat(pid, tid)
+                state = host.thread_state(pid, tid)
+                if got is not None and state is not None:
+                    samples.append(
+                        Sample(task.key, pid, session, item.layer, got[0], got[1], state, task.uid)
+                    )
+        applier.counters["samples"] += len(samples)
+        return samples, sessions, used
+
+    def processes(
+        self, rt: set[Key] = frozenset()
+    ) -> tuple[dict[int, list[int]], dict[int, float], list[int]]:
+        """Each process's CPU time, read now: every session's processes, the CPUs each
+        session's preemptible processes used since the last read (their own CPU time and their
+        reaped children's: a compiler that lived a tenth of a second shows in its parent's), and
+        the processes whose threads are worth a look (they ran or are runnable, are demoted or
+        hold hostd's real-time threads). Not the reaped time of a child hostd saw alive: it was
+        that child's, counted (or not, a rank's) where it ran; a launcher that reaps its ranks
+        is not busy for it."""
         applier = self.applier
         cache, host, demoted = applier.cache, self.host, self.watch.demoted
         counted, classified = self.watch.counted, applier.inc.classified
+        protected = self.state.policy.protected
         rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
+        launchers: dict[int, str] = {}
         sessions: dict[int, list[int]] = {}
         used: dict[int, float] = {}
         looked: list[int] = []
@@ -71,6 +95,9 @@ class Sampler:
             if proc.is_kthread or pid in applier.exclude:
                 continue
             sessions.setdefault(proc.session, []).append(pid)
+            leader = classified.get(pid)
+            if leader is not None and leader.layer in protected:
+                launchers[proc.ppid] = leader.layer
             got = host.process_cpu(pid)
             if got is None:
                 continue
@@ -99,24 +126,10 @@ class Sampler:
             item = classified.get(pid)
             if item is not None and item.layer in counted:
                 used[proc.session] = used.get(proc.session, 0.0) + shares[pid]
-        self.cpu, self.shares = cpu, shares
+        self.cpu, self.shares, self.launchers = cpu, shares, launchers
         reaping.intersection_update(cpu)  # (a parent gone with its child)
         self.cpu_ticks = now_ticks
-        samples: list[Sample] = []
-        for pid in looked:
-            session = cache.procs[pid].session
-            for tid in cache.members.get(pid, ()):
-                task, item = cache.tasks.get(tid), classified.get(tid)
-                if task is None or item is None:
-                    continue
-                got = host.schedstat(pid, tid)
-                state = host.thread_state(pid, tid)
-                if got is not None and state is not None:
-                    samples.append(
-                        Sample(task.key, pid, session, item.layer, got[0], got[1], state, task.uid)
-                    )
-        applier.counters["samples"] += len(samples)
-        return samples, sessions, used
+        return sessions, used, looked
 
     def bystanders(self, sid: int, sessions: dict[int, list[int]], busy: float) -> set[int]:
         """The processes of demoted session ``sid`` to leave alone: those of another user than
@@ -172,4 +185,5 @@ class Sampler:
             shielding=self.shielding,
             places=(proc.node for proc in procs),
             keep=policy.preempt,
+            launched=next((self.launchers[p] for p in pids if p in self.launchers), None),
         )

@@ -15,6 +15,10 @@ watch its host, journal, ``AgentState``, what the host allows and an ``Applier``
 its loop runs ``run_due`` when ``next_due`` comes (``hostd.agent.parts.Watch``).
 
 Its own cost is measured; the interval is stretched to 20 times it (at most 5 % of a CPU).
+While nothing is watched it keeps only each process's CPU time, read every ``IDLE_S``
+(``Sampler.processes``: one ``stat`` per process, no thread's): a job's first protected thread
+makes it tick at once (``next_due``), and a busy competing session is demoted in that tick, from
+its CPU since that read, not a tick later (issue 43: the job's start beside a busy container).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WatchLoop", "boost_value"]
 
+IDLE_S = 5.0  # while nothing is watched, how often each process's CPU time is read
+
 
 class WatchLoop:
     def __init__(
@@ -54,6 +60,8 @@ class WatchLoop:
         self.cost = 0.0  # seconds the last tick took
         self.changed = False  # something for status.json since it was last written
         self.spared: set[int] = set()  # processes of demoted sessions left alone (bystanders)
+        self.was_active = False  # a protected layer had threads at the last tick
+        self.idle_read = -IDLE_S  # monotonic time of the last read while nothing was watched
         self.sampler = Sampler(host, state, self.watch, applier)
         self.weights = GroupWeights(host, journal, state, self.watch, applier, self.spared)
         self.demotions = Demotions(host, journal, state, self.watch, applier, self.weights)
@@ -77,13 +85,18 @@ class WatchLoop:
             return set()
         return set().union(*planner.rt_holders.values()) if planner.rt_holders else set()
 
+    def starting(self) -> bool:
+        """A protected layer has threads since the last tick: a job came (tick at once)."""
+        return not self.was_active and self.active() and not self.state.disabled
+
     def next_due(self) -> float:
-        return min([self.due, *self.guard.boosted.values()])
+        due = min([self.due, *self.guard.boosted.values()])
+        return min(due, 0.0) if self.starting() else due
 
     def run_due(self, now: float) -> None:
-        """Undo boosts that ended, and tick when due."""
+        """Undo boosts that ended, and tick when due (or a job came)."""
         self.guard.end_boosts(now)
-        if now >= self.due:
+        if now >= self.due or self.starting():
             self.tick(now)
 
     # -- a tick ----------------------------------------------------------------------------------
@@ -91,12 +104,14 @@ class WatchLoop:
         policy = self.state.policy
         interval = policy.preempt.interval
         self.due = now + interval
+        active = self.was_active = self.active()
         if self.applier.inc.planner is None:
             return
-        active = self.active()
         rt = self.rt_keys()
         if not (active or self.watch.demoted or (rt and policy.guard.enabled)):
-            self.sampler.clear()
+            if now - self.idle_read >= IDLE_S:  # each process's CPU time, for a job to come
+                self.idle_read = now
+                self.sampler.processes()
             return
         started = time.perf_counter()
         samples, sessions, used = self.sampler.sample(rt)

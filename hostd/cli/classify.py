@@ -260,6 +260,15 @@ def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:
     except OSError:
         agent_sid = -1
     mates = [c for c in snap.classified if c.task.process.session == sid]
+    pids = {c.task.process.pid for c in mates}
+    launched = next(
+        (
+            c.layer
+            for c in snap.classified
+            if c.layer in snap.policy.protected and c.task.process.ppid in pids
+        ),
+        None,
+    )
     kept = hostd.preempt.why_kept(
         sid,
         layers={c.layer for c in mates},
@@ -269,6 +278,7 @@ def _preempt(snap, task, layer: str, run_dir: str) -> list[str]:
         shielding=hostd.preempt.shielding_layers(snap.policy),
         places=(c.task.process.node for c in mates),
         keep=snap.policy.preempt,
+        launched=launched,
     )
     return hostd.preempt.explain(
         snap.policy, layer, tid=task.tid, session=sid, kept_because=kept, live=live

@@ -44,12 +44,17 @@ def why_kept(
     shielding: frozenset[str],
     places: Iterable[Place] = (),
     keep: Preempt | None = None,
+    launched: str | None = None,
 ) -> str | None:
     """Why session ``sid`` must never be demoted (None: it may be). ``layers``: the layers of
     its threads; ``places``: where its processes are on the node, judged by ``keep``
-    (``why_place_kept``). An interactive session is not kept: it has an allowance
-    (``[preempt] interactive_cpus``, ``Watch.update``), as a terminal is a user's to open
-    (``script``, ``ssh -t``, tmux); ``tty`` is kept in the signature for the callers."""
+    (``why_place_kept``); ``launched``: the protected layer of a process whose parent is in
+    the session (the job's launcher: torchrun starts each rank in a session of its own, and a
+    launcher is busy while the ranks start; a name or an environment makes no process a parent
+    of a protected one, which holds a GPU or is root's). An interactive session is not kept:
+    it has an allowance (``[preempt] interactive_cpus``, ``Watch.update``), as a terminal is a
+    user's to open (``script``, ``ssh -t``, tmux); ``tty`` is kept in the signature for the
+    callers."""
     if sid in (0, 1):
         return "the kernel's or init's session"
     if sid == own_sid:
@@ -63,6 +68,8 @@ def why_kept(
     held = sorted(names & protected)
     if held:
         return f"it holds threads of the protected layer {held[0]!r}"
+    if launched is not None:
+        return f"it started a process of the protected layer {launched!r} (the job's launcher)"
     shield = sorted(names & shielding)
     if shield:
         return f"layer {shield[0]!r} weighs its sessions itself (group_nice)"

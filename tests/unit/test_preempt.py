@@ -334,6 +334,18 @@ def test_why_kept(sid: int, layers: set[str], tty: bool, why: str | None) -> Non
     assert got == why if why is None else got.startswith(why)
 
 
+def test_the_job_s_launcher_is_kept_a_process_named_like_one_is_not() -> None:
+    """A session holding the parent of a protected process (torchrun, busy importing torch
+    while its ranks start in sessions of their own) is the job's; a busy process named
+    pt_elastic that started no protected process is not."""
+    policy = load_default()
+    common = dict(tty=False, own_sid=77, protected=policy.protected,
+                  shielding=shielding_layers(policy))  # fmt: skip
+    got = why_kept(500, layers={"launcher"}, launched="trainer", **common)
+    assert got == "it started a process of the protected layer 'trainer' (the job's launcher)"
+    assert why_kept(500, layers={"launcher"}, **common) is None
+
+
 C = "ab" * 32
 POD = (
     "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1b2c_0.slice/"
