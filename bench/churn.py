@@ -3,16 +3,20 @@
 
     sudo python3 bench/churn.py [--processes 200] [--threads 25] [--write RELIABILITY.md]
 
-A stand-in launcher (comm ``pt_elastic``, with a rank's environment: ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR``) starts ``--processes`` ranks, one after another, as torchrun does: each leads
-a session of its own and execs python, which starts ``--threads`` threads named
+A stand-in launcher that looks like torchrun on a node (``python3 .../torchrun ...``, renamed
+``pt_elastic`` once it runs) starts ``--processes`` ranks, one after another, as torchrun does:
+each leads a session of its own with torchrun's environment (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``TORCHELASTIC_RUN_ID``, ...) and execs python, which starts
+``--threads`` threads named
 ``pt_gloo_runloop`` that live ``--life`` seconds, then exits. So the agent (``hostd run``,
-default policy, scoped to the launcher's tree, temporary folders) sees every child become a
-rank (trainer: its session weighed nice -5) and every thread become comms, and all of them exit
-again. Reported: the agent's errors (ERROR lines, tracebacks), its CPU time over the churn as
-a share of one CPU, its RSS at the start, highest and end, its action counts, and whether the
-stop restored everything (an empty journal). A run in which the agent applied nothing fails: it
-saw no job. Never part of the tests.
+the shipped policy with the ranks' weight always given, ``[preempt] weigh_job = "always"``, as
+it shipped until 2026-11-28: without a busy competitor the default gives a job on a 2-CPU host
+nothing to change; scoped to the launcher's tree, temporary folders) sees every child become a
+rank (trainer: its session weighed nice -5, journaled, restored) and every thread become comms,
+and all of them exit again. Reported: the agent's errors (ERROR lines, tracebacks), its CPU
+time over the churn as a share of one CPU, its RSS at the start, highest and end, its action
+counts, and whether the stop restored everything (an empty journal). A run in which the agent
+applied nothing fails: it saw no job. Never part of the tests.
 """
 
 from __future__ import annotations
@@ -29,12 +33,22 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hostd.policy import default_policy_bytes  # noqa: E402
+
 SECTION = "## Churn (bench/churn.py)"
 CLK = os.sysconf("SC_CLK_TCK")
 
-# What torchrun gives its ranks (the launcher has it, its children inherit it), without
-# which the default policy sees no job: no rank, no trainer, no comms, nothing to apply.
-RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+# What torchrun gives each rank (not itself: the launcher has none of it), without which the
+# default policy sees no job: no rank, no trainer, no comms, nothing to apply.
+RANK_ENV = {
+    "LOCAL_RANK": "0", "RANK": "0", "GROUP_RANK": "0", "ROLE_RANK": "0", "ROLE_NAME": "default",
+    "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "1", "GROUP_WORLD_SIZE": "1", "ROLE_WORLD_SIZE": "1",
+    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "churn",
+    "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "1",
+}  # fmt: skip
 
 RANK = r"""
 import ctypes, sys, threading, time
@@ -49,17 +63,18 @@ for t in ts: t.join()
 """
 
 LAUNCHER = r"""
-import ctypes, os, sys, time
+import ctypes, json, os, sys, time
 libc = ctypes.CDLL(None)
 libc.prctl(15, b"pt_elastic", 0, 0, 0)
 n, per, life, rank = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+env = {**os.environ, **json.loads(sys.argv[5])}
 sys.stdin.readline()  # the agent is up
 for _ in range(n):
     pid = os.fork()
     if pid == 0:  # a rank, as torchrun starts one: a session of its own, python exec'd
         try:
             os.setsid()
-            os.execv(sys.executable, [sys.executable, "-c", rank, per, str(life)])
+            os.execve(sys.executable, [sys.executable, "-c", rank, per, str(life)], env)
         finally:
             os._exit(127)  # never back into the launcher's loop
     time.sleep(life / 4)
@@ -87,16 +102,24 @@ def _rss_mib(pid: int) -> float:
 
 def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="hostd-churn-") as tmp:
+        policy = Path(tmp) / "policy.toml"
+        policy.write_bytes(
+            default_policy_bytes().replace(
+                b'weigh_job = "while-needed"\n', b'weigh_job = "always"\n'
+            )
+        )
+        script = Path(tmp) / "torchrun"  # as torchrun's console script runs: python3 .../torchrun
+        script.write_text(LAUNCHER)
         launcher = subprocess.Popen(
-            [sys.executable, "-c", LAUNCHER, str(args.processes), str(args.threads),
-             str(args.life), RANK],
+            [sys.executable, str(script), str(args.processes), str(args.threads),
+             str(args.life), RANK, json.dumps(RANK_ENV)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
-            env={**os.environ, **RANK_ENV},
         )  # fmt: skip
         log = Path(tmp) / "agent.log"
         with open(log, "w") as err:  # the agent keeps its own copy of the fd
             agent = subprocess.Popen(
-                [sys.executable, "-m", "hostd", "run", "--state-dir", f"{tmp}/state",
+                [sys.executable, "-m", "hostd", "run", "--policy", str(policy),
+                 "--state-dir", f"{tmp}/state",
                  "--run-dir", f"{tmp}/run", "--scope-pid", str(launcher.pid)],
                 stdout=subprocess.DEVNULL, stderr=err, cwd=REPO,
             )  # fmt: skip
