@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from hostd.host import Host, paths
@@ -53,14 +53,22 @@ def descendants(host: Host, roots: list[int]) -> list[int]:
     return sorted(set(found))
 
 
-def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) -> list[Task]:
+def scan(
+    host: Host,
+    *,
+    read_fds: bool = True,
+    pids: list[int] | None = None,
+    seen: Mapping[int, Task] | None = None,
+) -> list[Task]:
     """Every live thread below ``host``'s /proc (or of ``pids`` only), sorted by tid.
 
     ``read_fds`` False skips the per-process fd walk (the ``gpu`` signal) when no policy needs it.
     Processes are read first (so each ``Process`` is complete, parent comm included, before its
     threads point at it), then each process's threads in one loop: ``Host.thread_stats``. The
     unnamed threads of a job's processes are looked at once more: what they are doing
-    (``Host.thread_activity``), since their names say nothing.
+    (``Host.thread_activity``), since their names say nothing; not a thread of ``seen`` (the
+    threads a previous pass read, by tid) that was already looked at: what it was seen doing
+    stays (``TaskCache.relook`` goes on looking at it while it is unsettled).
     """
     nvml, _ = host.nvml()
     nvml_pids = nvml.pids if nvml else frozenset()
@@ -85,22 +93,18 @@ def scan(host: Host, *, read_fds: bool = True, pids: list[int] | None = None) ->
                 continue  # half-written: treated as gone for this pass
             if task is not None:
                 if proc.job is not None and task.unnamed:
-                    task.activity = host.thread_activity(proc.pid, tid)
+                    old_task = seen.get(tid) if seen else None
+                    if (
+                        old_task is not None
+                        and old_task.activity
+                        and old_task.start_time == task.start_time
+                    ):
+                        task.activity = old_task.activity
+                    else:
+                        task.activity = host.thread_activity(proc.pid, tid)
                 add(task)
     tasks.sort(key=lambda t: t.tid)
     return tasks
-
-
-def _keep_activity(task: Task, old: Task | None) -> None:
-    """What a thread was once seen doing for good (``STICKY_ACTIVITIES``) outlives a later look
-    that found it running: NCCL's service threads are in poll(2) but now and then."""
-    if (
-        old is not None
-        and old.start_time == task.start_time
-        and old.activity in STICKY_ACTIVITIES
-        and task.activity not in STICKY_ACTIVITIES
-    ):
-        task.activity = old.activity
 
 
 class TaskCache:
@@ -160,16 +164,17 @@ class TaskCache:
             self._roots = set(roots)
         nvml, _ = self.host.nvml(fresh=True)
         self._nvml_pids = nvml.pids if nvml else frozenset()
-        old = {tid: t for tid, t in self.tasks.items() if t.activity in STICKY_ACTIVITIES}
+        old = self.tasks
         self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after
-        tasks = scan(self.host, read_fds=self.read_fds, pids=pids)
+        tasks = scan(self.host, read_fds=self.read_fds, pids=pids, seen=old)
         self.tasks = {t.tid: t for t in tasks}
         now = time.monotonic()
         seen, self.unsettled = self.unsettled, {}
         for t in tasks:
-            if t.activity:
-                _keep_activity(t, old.get(t.tid))
-                if t.activity not in STICKY_ACTIVITIES:
+            if t.activity and t.activity not in STICKY_ACTIVITIES:
+                before = old.get(t.tid)
+                # New, or still unsettled (one that settled stays settled: its look was kept)
+                if before is None or before.start_time != t.start_time or t.tid in seen:
                     self.unsettled[t.tid] = seen.get(t.tid, now)
             self.procs[t.pid] = t.process
             self.members.setdefault(t.pid, set()).add(t.tid)

@@ -181,27 +181,25 @@ def test_the_cache_looks_again_until_a_thread_settles():
         assert again.activity == "polls" and service.tid not in cache.unsettled
         leader = cache.tasks[child.pid]
         assert leader.activity == ""  # the leader has its own name: never looked at
+
+        # a full pass (an overflow's, a drift's) keeps it too (issue 48: not read again at
+        # every pass), and it stays settled
+        full = {t.tid: t for t in cache.rescan()}
+        assert full[service.tid].activity == "polls" and service.tid not in cache.unsettled
+
+        # a reused tid (another start time) is another thread: looked at afresh
+        from dataclasses import replace
+
+        from hostd.tasks import scan
+
+        cache.host.thread_activity = lambda pid, tid: "feeds"  # type: ignore[method-assign]
+        old = replace(full[service.tid], start_time=full[service.tid].start_time + 1)
+        [fresh] = [t for t in scan(cache.host, pids=[child.pid], seen={service.tid: old})
+                   if t.tid == service.tid]  # fmt: skip
+        assert fresh.activity == "feeds"
     finally:
         child.kill()
         child.wait()
-
-
-def test_what_a_thread_does_for_good_outlives_a_look_that_finds_it_running():
-    from dataclasses import replace
-
-    from hostd.tasks import _keep_activity
-
-    task = next(t for t in TaskCache(Host()).rescan() if t.tid == os.getpid())
-    old = replace(task, activity="polls")
-    now = replace(task, activity="runs")
-    _keep_activity(now, old)
-    assert now.activity == "polls"
-    other = replace(task, activity="runs", start_time=task.start_time + 1)  # a reused tid
-    _keep_activity(other, old)
-    assert other.activity == "runs"
-    waits = replace(task, activity="waits")
-    _keep_activity(waits, replace(task, activity="other"))
-    assert waits.activity == "waits"
 
 
 def test_a_relook_looks_at_a_bounded_number_of_threads_in_turn(monkeypatch):
