@@ -15,10 +15,11 @@ watch its host, journal, ``AgentState``, what the host allows and an ``Applier``
 its loop runs ``run_due`` when ``next_due`` comes (``hostd.agent.parts.Watch``).
 
 Its own cost is measured; the interval is stretched to 20 times it (at most 5 % of a CPU).
-While nothing is watched it keeps only each process's CPU time, read every ``IDLE_S``
-(``Sampler.processes``: one ``stat`` per process, no thread's): a job's first protected thread
-makes it tick at once (``next_due``), and a busy competing session is demoted in that tick, from
-its CPU since that read, not a tick later (issue 43: the job's start beside a busy container).
+While nothing is watched it keeps only each process's CPU time, read every ``IDLE_S`` or 100
+times the read's cost (``Sampler.processes``: one ``stat`` per process, no thread's): a job's
+first protected thread makes it tick at once (``next_due``), and a busy competing session is
+demoted in that tick, from its CPU since that read, not a tick later (issue 43: the job's start
+beside a busy container).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class WatchLoop:
         self.spared: set[int] = set()  # processes of demoted sessions left alone (bystanders)
         self.was_active = False  # a protected layer had threads at the last tick
         self.idle_read = -IDLE_S  # monotonic time of the last read while nothing was watched
+        self.idle_every = IDLE_S  # stretched to 100 times the read's cost
         self.sampler = Sampler(host, state, self.watch, applier)
         self.weights = GroupWeights(host, journal, state, self.watch, applier, self.spared)
         self.demotions = Demotions(host, journal, state, self.watch, applier, self.weights)
@@ -109,9 +111,12 @@ class WatchLoop:
             return
         rt = self.rt_keys()
         if not (active or self.watch.demoted or (rt and policy.guard.enabled)):
-            if now - self.idle_read >= IDLE_S:  # each process's CPU time, for a job to come
+            if now - self.idle_read >= self.idle_every:  # each process's CPU, for a job to come
                 self.idle_read = now
+                started = time.perf_counter()
                 self.sampler.processes()
+                # at most 1 % of a CPU on a host of many processes
+                self.idle_every = max(IDLE_S, 100 * (time.perf_counter() - started))
             return
         started = time.perf_counter()
         samples, sessions, used = self.sampler.sample(rt)
