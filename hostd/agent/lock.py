@@ -4,6 +4,9 @@
 one restore per host, whatever their folders) and ``RUN_DIR/agent.pid``, locked and holding the
 agent's pid, until ``close()``. ``agent_pid(run_dir)`` is the other side: the pid of the agent
 that holds the file, or None when nobody does (a file left by a crash is not an agent).
+``wait_for_host(run_dir, wait)`` is ``hostd restore``'s side: the host lock once no agent holds it
+or the pid file, waiting up to ``wait`` seconds for one that is still stopping (in Kubernetes, a
+new pod's init container while the node's previous hostd pod restores: deploy/k8s).
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from hostd.statedir import HOST_LOCK, Locked, UnsafeDir, lock_host, open_dir, open_file
 
 PID_FILE = "agent.pid"
+POLL_S = 0.5  # how often ``wait_for_host`` tries again
 
 
 class AgentError(RuntimeError):
@@ -89,3 +95,33 @@ def agent_pid(run_dir: str | Path) -> int | None:
             return int(os.read(fd, 32).decode().strip() or 0) or None
     finally:
         os.close(fd)
+
+
+def wait_for_host(
+    run_dir: str | Path,
+    wait: float,
+    *,
+    poll: float = POLL_S,
+    path: str = HOST_LOCK,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """The host lock (``lock_host(path)``), held until the returned fd is closed, once neither
+    an agent holds it nor ``run_dir``'s pid file is locked; tried again every ``poll`` seconds
+    for up to ``wait`` seconds (0: once). Raises ``Locked`` with the holder's pid when the wait
+    ends with either still held. Both are asked: an agent in another container may hold a lock
+    this one cannot see (a container's own /run) but shares the run dir (a hostPath)."""
+    deadline = clock() + wait
+    while True:
+        try:
+            fd = lock_host(path)
+            pid = agent_pid(run_dir)
+            if pid:
+                os.close(fd)
+                raise Locked(pid)
+            return fd
+        except Locked:
+            left = deadline - clock()
+            if left <= 0:
+                raise
+            sleep(min(poll, left))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
@@ -23,6 +24,7 @@ from hostd.agent import (
     agent_pid,
     summarize,
 )
+from hostd.agent.lock import POLL_S, wait_for_host
 from hostd.cli.common import (
     EXIT_FAILURE,
     EXIT_PARTIAL,
@@ -47,7 +49,7 @@ from hostd.reconcile import restore as restore_journal
 from hostd.sidecar import HOST_WIDE_KINDS, SidecarError
 from hostd.sidecar import describe as describe_sidecar
 from hostd.sidecar import scope as sidecar_scope
-from hostd.statedir import Locked, UnsafeDir, lock_host, open_dir, open_file
+from hostd.statedir import Locked, UnsafeDir, open_dir, open_file
 from hostd.tasks import scan
 
 StateOpt = typer.Option(
@@ -135,9 +137,23 @@ def restore(
     state_dir: str = StateOpt,
     run_dir: str = RunOpt,
     as_json: bool = JsonOpt,
+    wait: float = typer.Option(
+        0.0,
+        "--wait",
+        min=0,
+        metavar="SECONDS",
+        help=(
+            f"While an agent runs (is stopping), try again every {POLL_S:g} s for up to "
+            "SECONDS and restore once it is gone (default 0: refuse at once). For a "
+            "Kubernetes pod's init container, started while the node's previous hostd pod "
+            "still restores (deploy/k8s/daemonset.yaml)."
+        ),
+    ),
 ) -> None:
     """Put every knob hostd changed back to its original value (also after a crash)."""
-    if agent_pid(run_dir):
+    if not math.isfinite(wait):
+        fail(f"--wait {wait}: expected a finite number of seconds")
+    if not wait and agent_pid(run_dir):
         fail(
             f"an agent is running (pid {agent_pid(run_dir)}): stop it (it restores) or "
             "`hostd disable` it",
@@ -147,11 +163,15 @@ def restore(
         fail("hostd restore needs root (it writes what the root agent changed)", EXIT_FAILURE)
     try:
         os.close(open_dir(state_dir, 0o700))
-        lock = lock_host()  # no agent starts while this restore runs
+        lock = wait_for_host(run_dir, wait)  # no agent starts while this restore runs
     except UnsafeDir as exc:
         fail(str(exc), EXIT_FAILURE)
     except Locked as exc:
-        fail(f"an agent is running (pid {exc.pid or '?'}): stop it (it restores)", EXIT_FAILURE)
+        waited = f" after waiting {wait:g} s for it to stop" if wait else ""
+        fail(
+            f"an agent is running (pid {exc.pid or '?'}){waited}: stop it (it restores)",
+            EXIT_FAILURE,
+        )
     try:
         _restore(state_dir, as_json)
     finally:
