@@ -1,9 +1,11 @@
 """A real Prometheus server for the metrics tests: Debian's ``prometheus`` package, downloaded
 and unpacked into ``.cache/prometheus`` (``python -m tests.prometheus install``; .ci/run does
-it), never installed: no service starts, nothing on the host changes.
+it), never installed: no service starts, nothing on the host changes. ``promtool`` (in the same
+package) checks and tests the shipped rules (tests/unit/test_prometheus_rules.py).
 
 ``Prometheus(targets, tmp)`` runs it on a free localhost port, scraping ``targets`` every
-second, with its storage in ``tmp``; ``query(expr)`` asks its HTTP API.
+second (each with its own target labels, ``labels``, for a fleet), with its storage in ``tmp``;
+``query(expr)`` asks its HTTP API.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ def binary() -> str | None:
     return str(unpacked) if unpacked.exists() else shutil.which("prometheus")
 
 
+def promtool() -> str | None:
+    """Prometheus' rule checker and tester (the same package ships it beside the server): the
+    unpacked package's, else one on PATH."""
+    unpacked = CACHE / "root" / "usr" / "bin" / "promtool"
+    return str(unpacked) if unpacked.exists() else shutil.which("promtool")
+
+
 def install() -> int:
     """Download Debian's package and unpack it below the cache (apt-get download, dpkg-deb -x)."""
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -36,7 +45,7 @@ def install() -> int:
                    stdout=subprocess.DEVNULL)  # fmt: skip
     deb = max(CACHE.glob("prometheus_*.deb"))
     subprocess.run(["dpkg-deb", "-x", str(deb), str(CACHE / "root")], check=True)
-    print(binary())
+    print(binary(), promtool())
     return 0
 
 
@@ -47,15 +56,24 @@ def free_port() -> int:
 
 
 class Prometheus:
-    def __init__(self, targets: list[str], tmp: Path) -> None:
+    def __init__(
+        self, targets: list[str], tmp: Path, labels: dict[str, dict[str, str]] | None = None
+    ) -> None:
+        """``labels``: target labels of each target (a fleet's ``node``), as a static config
+        gives them."""
         found = binary()
         assert found, "no prometheus binary"
         self.port = free_port()
         config = tmp / "prometheus.yml"
+        static = f"      - targets: {json.dumps(targets)}\n"
+        if labels is not None:
+            static = "".join(
+                f"      - targets: {json.dumps([t])}\n        labels: {json.dumps(labels[t])}\n"
+                for t in targets
+            )
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: hostd\n    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
+            "scrape_configs:\n  - job_name: hostd\n    static_configs:\n" + static
         )
         self.log = tmp / "prometheus.log"
         self.proc = subprocess.Popen(

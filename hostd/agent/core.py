@@ -118,7 +118,8 @@ class Agent:
         self.raised, self.calm_at = False, 0.0
         self.overflow_due: float | None = None  # events lost: a full pass at most then (loop)
         self.renames_muted: float | None = None  # a rename storm: rename events off until then
-        self.counters: Counter[str] = Counter()
+        # the agent's counters; journal_left: originals an earlier run left in the journal
+        self.counters: Counter[str] = Counter(journal_left=len(self.journal))
         st, inc, journal = self.state, self.inc, self.journal
         applier = Applier(
             self.cache, inc, self.exclude, self.base_affinity, self.reconcile, self.counters

@@ -5,7 +5,8 @@
   autogroup the ``session_nice`` (the planner decides them, knowing the session is demoted);
   threads born in it later are decided idle by the planner and journaled with the session's
   original (``inherited``), never with the SCHED_IDLE they were born with; its own cgroup is
-  weighed down too where nothing else is in it (``hostd.agent.weights``);
+  weighed down too where nothing else is in it (``hostd.agent.weights``); what it is on the node
+  is kept for the status (``where_of``);
 * **release** it: the record is restored first (a sweep of every SCHED_IDLE thread born in the
   session since), then its threads are decided again, which gives back their own records.
 
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 from hostd import knobkinds, knobs
 from hostd.journal import JournalError
 from hostd.plan import NORMAL_POLICIES
-from hostd.preempt import Watch
+from hostd.policy import Preempt
+from hostd.preempt import Watch, why_place_kept
 from hostd.reconcile import DONE, restore_keys
 
 if TYPE_CHECKING:
@@ -31,8 +33,23 @@ if TYPE_CHECKING:
     from hostd.agent.weights import GroupWeights
     from hostd.host import Host
     from hostd.journal import Journal
+    from hostd.model.node import Place
 
 log = logging.getLogger("hostd")
+DEFAULT_KEEP = Preempt()  # what the default [preempt] keep_* never demotes: the infrastructure
+
+
+def where_of(places: list[Place]) -> dict:
+    """What a demoted session is on the node (status.json, ``hostd_demoted_sessions_by_kind``):
+    the kind of its leader's place (``places[0]``), its pod's namespace, and whether the default
+    ``[preempt] keep_*`` keep any of its places: the node's infrastructure, which only a policy
+    edited so demotes."""
+    first = places[0] if places else None
+    return {
+        "kind": first.kind if first is not None else "other",
+        "namespace": first.namespace if first is not None else "",
+        "infrastructure": any(why_place_kept(p, DEFAULT_KEEP) is not None for p in places),
+    }
 
 
 class Demotions:
@@ -50,11 +67,13 @@ class Demotions:
         self.keys: dict[int, str] = {}  # demoted session -> its journal key
         self.since: dict[int, int] = {}  # demoted session -> the tick it was demoted at
         self.typical: dict[int, list] = {}  # demoted session -> its threads' original policy
+        self.where: dict[int, dict] = {}  # demoted session -> what it is on the node (where_of)
 
     def clear(self) -> None:
         self.keys.clear()
         self.since.clear()
         self.typical.clear()
+        self.where.clear()
 
     def inherited(self, key: str, current: object) -> object:
         """The original to journal for ``key``: a thread born SCHED_IDLE in a demoted session
@@ -97,9 +116,13 @@ class Demotions:
                 journal.record([(key, {"sched": typical, "leader_start": leader_start})])
             except JournalError as exc:  # no durable record: no demotion
                 self.watch.demoted.pop(sid, None)
+                applier.outcomes["unjournaled"] += 1
                 log.error("preempt demote session=%d not done: %s", sid, exc)
                 return
         self.keys[sid], self.since[sid], self.typical[sid] = key, since, typical
+        leads = [leader.node] if leader is not None else []
+        nodes = sorted({t.process.node for t in tasks}, key=lambda p: (p.kind, p.unit))
+        self.where[sid] = where_of(leads + nodes)
         planner.demoted.add(sid)
         report = applier.redecide(tasks)
         who = f"{leader.comm}({sid})" if leader is not None else f"session {sid}"
@@ -121,6 +144,7 @@ class Demotions:
         key = self.keys.pop(sid, None)
         self.since.pop(sid, None)
         self.typical.pop(sid, None)
+        self.where.pop(sid, None)
         if key is not None and self.state.mode == "enforce" and key in journal:
             for r in restore_keys(self.host, journal, [key]):
                 applier.outcomes[r.outcome] += 1

@@ -89,6 +89,7 @@ def run(agent: Agent, once: bool = False) -> PassReport:
             try:
                 step(agent)
             except Exception:  # an event source failing must not end the agent
+                agent.counters["step_errors"] += 1
                 log.exception("event loop step failed; a full pass follows")
                 time.sleep(0.5)
                 full(agent, "recovery")
@@ -275,6 +276,7 @@ def full(agent: Agent, reason: str) -> None:
     try:
         agent.pass_once(reason)
     except Exception:  # a bug or a full disk must not leave the host half-changed
+        agent.counters["full_pass_errors"] += 1
         log.exception("pass failed; the journal is intact, the next pass retries")
         agent.last_full = time.monotonic()
     finally:
@@ -336,6 +338,7 @@ def step(agent: Agent) -> None:
         try:
             agent.event_pass(events)  # type: ignore[arg-type]
         except Exception:
+            agent.counters["event_pass_errors"] += 1
             log.exception("event pass failed; a full pass follows")
             return full(agent, "recovery")
         finally:

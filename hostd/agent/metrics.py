@@ -11,7 +11,9 @@ The HTTP server is the agent's guest, and bounded so that no client can starve i
 ``hostd.agent.metrics_http`` says how.
 
 Metric names follow Prometheus' conventions (``hostd_`` prefix, base units, ``_total`` for
-counters); docs/operations.md, "Metrics", lists them.
+counters); docs/operations.md, "Metrics", lists them. The fleet's recording and alerting rules,
+deploy/prometheus/hostd-rules.yml, read them by these names (tests/unit/test_prometheus_rules.py
+checks that each name they read is served here).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import make_server
 
@@ -45,7 +48,11 @@ log = logging.getLogger("hostd")
 # The outcomes of a knob write (hostd.reconcile), which the agent counts.
 OUTCOMES = (
     "applied", "skipped", "restored", "left", "gone", "not-permitted", "unchangeable", "error",
+    "unsupported", "unjournaled",
 )  # fmt: skip
+# The agent's loop catches what its work raises (hostd.agent.loop): a full pass, an event pass,
+# or the rest of a step (a part, a source); the counter each is counted under.
+PASS_ERRORS = {"full": "full_pass_errors", "event": "event_pass_errors", "step": "step_errors"}
 
 
 # Event lag: a new thread's proc-connector event to its knobs applied (seconds).
@@ -187,6 +194,14 @@ class Collector:
         for outcome in OUTCOMES:
             actions.add_metric([outcome], events.get(outcome, 0))
         yield actions
+        errors = CounterMetricFamily(
+            "hostd_pass_errors", "Work of the agent's loop that raised (caught, logged): a full "
+            "pass, an event pass, or the rest of a step (a part, an event source).",
+            labels=["kind"],
+        )  # fmt: skip
+        for kind, key in PASS_ERRORS.items():
+            errors.add_metric([kind], events.get(key, 0))
+        yield errors
         for name, key, doc in (
             ("hostd_events", "events", "Thread events from the proc connector."),
             (
@@ -218,11 +233,18 @@ class Collector:
             "hostd_journal_records", "Original values the journal holds (to restore).",
             value=(st.get("journal") or {}).get("records", 0),
         )  # fmt: skip
+        yield GaugeMetricFamily(
+            "hostd_journal_left_records",
+            "Original values the journal already held when this agent started: an earlier agent "
+            "ended without putting them back (killed, crashed), or a restore could not.",
+            value=events.get("journal_left", 0),
+        )
         pre = st.get("preempt") or {}
         yield GaugeMetricFamily(
             "hostd_demoted_sessions", "Busy sessions demoted while a protected layer runs.",
             value=len(pre.get("demoted") or ()),
         )  # fmt: skip
+        yield demoted_by_kind(pre.get("demoted") or ())
         counts = pre.get("counts") or {}
         for name, key, doc in (
             ("hostd_demotions", "demotions", "Sessions demoted."),
@@ -267,6 +289,25 @@ class Collector:
             "hostd_agent_resident_memory_bytes", "The agent's resident memory.",
             value=own.get("rss_bytes", 0),
         )  # fmt: skip
+
+
+def demoted_by_kind(demoted: Iterable[dict]) -> GaugeMetricFamily:
+    """The demoted sessions by what they are on the node (``hostd.agent.demotion.where_of``):
+    their kind, their pod's namespace, and whether the default policy keeps such a session from
+    demotion (the node's infrastructure: a policy edited badly demotes it)."""
+    family = GaugeMetricFamily(
+        "hostd_demoted_sessions_by_kind",
+        "Demoted sessions by node kind, pod namespace and whether they are the node's "
+        "infrastructure (never demoted by the default policy).",
+        labels=["kind", "namespace", "infrastructure"],
+    )
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for d in demoted:
+        infra = "true" if d.get("infrastructure") else "false"
+        counts[d.get("kind", "other"), d.get("namespace", ""), infra] += 1
+    for labels, n in sorted(counts.items()):
+        family.add_metric(list(labels), n)
+    return family
 
 
 def job_families(attempts: dict, hostname: str) -> Iterator[Metric]:

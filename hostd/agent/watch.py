@@ -245,7 +245,10 @@ class WatchLoop:
             "protected_layers": sorted(policy.protected),
             "preemptible_layers": sorted(policy.preemptible),
             "busy_cpus": policy.preempt.busy,
-            "demoted": demoted_summary(self.watch.demoted, now),
+            "demoted": [  # each with what it is on the node (``demotion.where_of``)
+                {**d, **self.demotions.where.get(d["session"], {})}
+                for d in demoted_summary(self.watch.demoted, now)
+            ],
             "demoted_cgroups": sorted({path_of(key) for key in self.weights.groups}),
             "sessions_weighted": planner.weighted if planner is not None else True,
             "guard": policy.guard.enabled,

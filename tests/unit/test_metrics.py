@@ -334,3 +334,158 @@ def test_a_storm_that_lasts_still_gets_its_statistics_sampled(tmp_path, monkeypa
     finally:
         agent.journal.close()
         agent.status.close()
+
+
+def collected(agent: Agent) -> dict[tuple[str, tuple], float]:
+    """What a scrape would say now, straight from the exporter's collector (no HTTP)."""
+    families = metrics.Collector(agent.status, agent.exporter).collect()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+def test_passes_that_raise_are_counted_by_kind(tmp_path, monkeypatch):
+    """The loop catches a full pass and an event pass that raise (hostd.agent.loop): each is
+    counted under its kind, and is no pass; the full pass that follows a failed event pass is."""
+    from hostd.agent import loop
+    from hostd.host.connector import Event
+    from tests.unit.test_agent_parts import RANK, _Connector
+
+    agent = _observer(tmp_path)
+    try:
+        agent.pass_once()
+
+        def boom(*args: object) -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(agent, "pass_once", boom)
+        loop.full(agent, "drift")
+        monkeypatch.undo()
+        monkeypatch.setattr(agent, "event_pass", boom)
+        agent.sources.connector = _Connector([Event("fork", 4300, RANK, RANK)])
+        agent.sources.kind = "events"
+        loop.step(agent)  # the event pass raises: a full pass ("recovery") follows
+        assert agent.counters["full_pass_errors"] == agent.counters["event_pass_errors"] == 1
+        agent.write_status(PassReport(), None, "running")
+        got = collected(agent)
+        errors = {kind: got[("hostd_pass_errors_total", (("kind", kind),))] for kind in
+                  ("full", "event", "step")}  # fmt: skip
+        assert errors == {"full": 1, "event": 1, "step": 0}
+        assert got[("hostd_passes_total", (("kind", "full"),))] == 2  # the first, the recovery
+        assert got[("hostd_passes_total", (("kind", "event"),))] == 0
+    finally:
+        agent.sources.close()
+        agent.journal.close()
+        agent.status.close()
+
+
+def _enforcer(tmp_path) -> Agent:
+    """An agent in enforce mode on the default policy, as tests/unit/test_agent_parts.py runs
+    one: its writes land in the fixture tree."""
+    tree = host_copy(tmp_path)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r")  # fmt: skip
+    agent.caps.sched = agent.caps.affinity = True  # the fake has threads to call
+    return agent
+
+
+def test_changes_the_journal_could_not_record_are_counted_as_unjournaled(tmp_path, monkeypatch):
+    """A journal that refuses appends (a full disk): the pass writes nothing it could not
+    record, and a demotion is not made; each refusal is an action of outcome "unjournaled"."""
+    from hostd.journal import JournalError
+    from hostd.preempt import Demotion
+
+    agent = _enforcer(tmp_path)
+    try:
+
+        def full(*args: object) -> None:
+            raise JournalError("journal.jsonl: no space left on device")
+
+        monkeypatch.setattr(agent.journal, "record", full)
+        report = agent.pass_once()
+        refused = report.counts.get("unjournaled", 0)
+        assert refused > 0 and "applied" not in report.counts
+        sid = agent.cache.procs[5000].session  # user 1000's busy login
+        sessions = {sid: [p.pid for p in agent.cache.procs.values() if p.session == sid]}
+        agent.watcher.watch.demoted[sid] = Demotion(sid, time.monotonic(), 2.0)
+        agent.watcher.demotions.demote(sid, 2.0, sessions)
+        assert sid not in agent.watcher.watch.demoted  # no durable record: no demotion
+        agent.write_status(PassReport(), None, "running")
+        got = collected(agent)
+        assert got[("hostd_actions_total", (("outcome", "unjournaled"),))] == refused + 1
+        assert got[("hostd_actions_total", (("outcome", "applied"),))] == 0
+    finally:
+        agent.journal.close()
+        agent.status.close()
+
+
+def test_originals_an_earlier_run_left_are_said_at_start(tmp_path):
+    """A journal that an agent killed before it restored left: the next agent starts on it and
+    says how many originals it found (hostd_journal_left_records), for as long as it runs."""
+    from hostd import knobs
+    from hostd.journal import Journal, read_boot_id
+
+    tree = host_copy(tmp_path)
+    host = Host(tree, calls=FakeCalls(tree))
+    state = tmp_path / "s"
+    state.mkdir(mode=0o700)
+    earlier = Journal(state, read_boot_id(host))
+    earlier.record([(knobs.task_key(tid, host.start_time(tid), "nice"), 0) for tid in (4100, 4200)])
+    earlier.close()
+    agent = Agent(host, None, state_dir=state, run_dir=tmp_path / "r", mode="observe")
+    try:
+        agent.pass_once()
+        assert agent.status.last["events"]["journal_left"] == 2
+        assert collected(agent)[("hostd_journal_left_records", ())] == 2
+    finally:
+        agent.journal.close()
+        agent.status.close()
+    fresh = _observer(tmp_path / "fresh")
+    try:
+        fresh.pass_once()
+        assert collected(fresh)[("hostd_journal_left_records", ())] == 0
+    finally:
+        fresh.journal.close()
+        fresh.status.close()
+
+
+def test_demoted_sessions_say_what_they_are_on_the_node(tmp_path):
+    """Each demoted session is labelled by its node kind, its pod's namespace and whether the
+    default policy keeps such a session (the node's infrastructure): sshd's session, a system
+    service, which only a policy whose [preempt] keep_kinds lost "service" demotes, and a user's
+    login session, whose leader is gone (the kind of its processes)."""
+    from hostd.preempt import Demotion
+
+    tree = host_copy(tmp_path)
+    agent = Agent(Host(tree, calls=FakeCalls(tree)), None, state_dir=tmp_path / "s",
+                  run_dir=tmp_path / "r", mode="observe")  # fmt: skip
+    try:
+        agent.pass_once()
+        procs = agent.cache.procs
+        sessions: dict[int, list[int]] = {}
+        for proc in procs.values():
+            sessions.setdefault(proc.session, []).append(proc.pid)
+        sshd, login = procs[1210].session, procs[5000].session
+        assert login not in procs  # (its leader exited)
+        for sid in (sshd, login):
+            agent.watcher.watch.demoted[sid] = Demotion(sid, time.monotonic(), 2.0)
+            agent.watcher.demotions.demote(sid, 2.0, sessions)
+        agent.write_status(PassReport(), None, "running")
+        said = {d["session"]: d for d in agent.status.last["preempt"]["demoted"]}
+        assert (said[sshd]["kind"], said[sshd]["namespace"]) == ("service", "")
+        assert said[sshd]["infrastructure"] is True
+        assert (said[login]["kind"], said[login]["infrastructure"]) == ("login", False)
+        got = collected(agent)
+        labels = (("infrastructure", "true"), ("kind", "service"), ("namespace", ""))
+        assert got[("hostd_demoted_sessions_by_kind", labels)] == 1
+        labels = (("infrastructure", "false"), ("kind", "login"), ("namespace", ""))
+        assert got[("hostd_demoted_sessions_by_kind", labels)] == 1
+        assert got[("hostd_demoted_sessions", ())] == 2  # (the total, as before)
+        agent.watcher.watch.demoted.pop(sshd)
+        agent.watcher.demotions.release(sshd, "released", sessions)
+        agent.write_status(PassReport(), None, "running")
+        got = collected(agent)
+        assert [k for k in got if k[0] == "hostd_demoted_sessions_by_kind"] == [
+            ("hostd_demoted_sessions_by_kind", labels)
+        ]
+    finally:
+        agent.journal.close()
+        agent.status.close()
