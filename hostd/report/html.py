@@ -1,7 +1,9 @@
 """The page of ``hostd report``: one self-contained HTML file (the verdict first, a table of
 attempts, the plots inline as PNG images; no script, nothing to fetch), from one template
-(``_PAGE``) and one table builder (``_table``, which escapes every cell). ``render_html`` is
-called by ``hostd.cli.report`` and ``bench/ab.py`` through ``hostd.report``.
+(``_PAGE``) and one table builder (``_table``, which escapes every cell); where attempts ran on
+several hosts, a section of them (``hostd.report.fleet``), and what a source such as Prometheus
+does not say. ``render_html`` is called by ``hostd.cli.report`` and ``bench/ab.py`` through
+``hostd.report``.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ found by resampling the attempts (bootstrap). A range that includes 1x means no 
 told apart from chance: run more attempts.</li><li><b>Worst attempt</b>: an effect is judged on
 its worst repetition: the slowest protected attempt against the median unprotected
 one.</li><li><b>A/A</b>: how much attempts of the same arm differ among themselves; an effect
-smaller than that is not worth much.</li><li><b>Wait share</b>: of the time the job's threads
+smaller than that is not worth much.</li><li><b>Hosts</b>: where a job ran on several hosts, each
+host's own A/B, and how much the hosts of one arm differ among themselves (A/A between
+hosts).</li><li><b>Wait share</b>: of the time the job's threads
 wanted a CPU, the share they spent waiting on a run queue (what hostd tries to remove).</li></ul>
 </body>
 </html>
@@ -170,10 +174,75 @@ def _section(Figure: Any, c: dict, summaries: list[dict], heading: str | None) -
     return "\n".join(parts)
 
 
-def render_html(comparisons: Sequence[dict], summaries: Sequence[dict]) -> str:
+def _ratio_cell(e: dict) -> Cell:
+    return ("-", "") if e["ratio"] is None else (f"{e['ratio']:.2f}x", "")
+
+
+def _interval_cell(e: dict) -> Cell:
+    if e["low"] is None:
+        return ("-", "")
+    return (f"{e['low']:.2f}x to {e['high']:.2f}x", "")
+
+
+def _median_cell(arm: dict | None, unit: str | None) -> Cell:
+    if arm is None:
+        return ("-", "")
+    return (f"{arm['median']:.4g}{' ' + unit if unit else ''} ({arm['n']})", "")
+
+
+def _fleet_section(fleet: dict, comparisons: Sequence[dict]) -> str:
+    """The hosts (``hostd.report.fleet``): its words, each job's arms and A/B per host, and
+    how much hosts of the same arm differ."""
+    units = {c["job"]: c["measure"]["unit"] for c in comparisons}
+    finding = {"faster": ("faster", "yes"), "slower": ("slower", "no")}
+    parts = ["<h2>Hosts</h2>", f'<p class="verdict">{html.escape(fleet["verdict"])}</p>']
+    head = [("job", "l"), ("host", "l"), ("protected: median (n)", ""),
+            ("unprotected: median (n)", ""), ("speed ratio", ""), ("95 % confidence", ""),
+            ("finding", "l")]  # fmt: skip
+    rows = [
+        [
+            (e["job"], "l"),
+            (e["host"], "l"),
+            _median_cell(e["protected"], units.get(e["job"])),
+            _median_cell(e["unprotected"], units.get(e["job"])),
+            _ratio_cell(e),
+            _interval_cell(e),
+            finding.get(e["finding"] or "", (e["finding"] or "one arm only", "l")),
+        ]
+        for e in fleet["per_host"]
+    ]
+    parts.append(_table(head, rows))
+    if fleet["between_hosts"]:
+        parts.append("<h3>Between hosts (A/A)</h3>")
+        head = [("job", "l"), ("arm", "l"), ("hosts", ""), ("differed by up to", ""),
+                ("fastest", "l"), ("slowest", "l")]  # fmt: skip
+        rows = [
+            [
+                (b["job"], "l"),
+                ("protected" if b["protected"] else "unprotected", "l"),
+                (str(b["hosts"]), ""),
+                (f"{(b['spread'] - 1) * 100:.1f} %", ""),
+                (b["fastest"], "l"),
+                (b["slowest"], "l"),
+            ]
+            for b in fleet["between_hosts"]
+        ]
+        parts.append(_table(head, rows))
+    return "\n".join(parts)
+
+
+def render_html(
+    comparisons: Sequence[dict],
+    summaries: Sequence[dict],
+    fleet: dict | None = None,
+    origin: str | None = None,
+    notes: Sequence[str] = (),
+) -> str:
     """A self-contained HTML page of ``comparisons`` (from ``compare_all``) and the attempts'
-    ``summaries``: the verdict first, a table of attempts, plots as inline PNG images. No
-    script and no link to fetch: it opens offline and can be mailed as one file."""
+    ``summaries``: the verdict first, a table of attempts, plots as inline PNG images; with
+    ``fleet`` (``hostd.report.fleet``), the hosts' section; ``origin`` says where the attempts
+    came from and ``notes`` what that source does not say. No script and no link to fetch: it
+    opens offline and can be mailed as one file."""
     Figure = _figure_class()
     summaries = list(summaries)
     jobs = [c["job"] for c in comparisons]
@@ -185,8 +254,16 @@ def render_html(comparisons: Sequence[dict], summaries: Sequence[dict]) -> str:
             + ", ".join(hosts[:8])
             + (f" and {len(hosts) - 8} more" if len(hosts) > 8 else "")
         )
-    sections = [
+    sections = [f'<p class="note">{html.escape(origin)}</p>'] if origin else []
+    sections += [
         _section(Figure, c, summaries, None if len(comparisons) == 1 else f"Job {c['job']}")
         for c in comparisons
     ]
+    if fleet is not None:
+        sections.append(_fleet_section(fleet, comparisons))
+    if notes:
+        sections.append("<h2>What this source does not say</h2>")
+        sections.append(
+            '<ul class="note">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+        )
     return _PAGE.substitute(title=html.escape(title), sections="\n".join(sections))

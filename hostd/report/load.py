@@ -4,8 +4,11 @@ throughput, its GPUs' utilisation, its threads' run-queue wait per layer.
 
 ``load_attempts`` (files -> records and warnings) and ``summarise`` (one attempt) are pure but
 for the reading; the parsers (``_num``, ``_amount``, ``_text``) take any JSON value and give a
-usable one or None. Called by ``hostd.report.stats`` and, through ``hostd.report``, by
-``hostd.cli.report``.
+usable one or None. A record ``hostd.report.prom`` builds from Prometheus' series has the same
+shape with what Prometheus does not keep left out: a sample's ``all_layers`` (CPU and wait of
+every layer together) instead of its ``layers``, and ``start_clipped`` when the attempt began
+before the range asked for (its duration is then unknown). Called by ``hostd.report.stats``
+and, through ``hostd.report``, by ``hostd.cli.report``.
 """
 
 from __future__ import annotations
@@ -79,16 +82,25 @@ def load_attempts(folder: str | Path) -> tuple[list[dict], list[str]]:
         if _text(doc.get("attempt")) is None:
             doc = {**doc, "attempt": path.stem}
         attempts.append(doc)
-    # A job's name is its user's to write: where users share one, each user's attempts are a
-    # job of their own ("llama (uid 1000)"), so that nobody's runs count in another's A/B.
+    return users_apart(attempts), warnings
+
+
+def users_apart(attempts: list[dict]) -> list[dict]:
+    """``attempts`` in time order, those of a job name several users share renamed per user.
+
+    A job's name is its user's to write: where users share one, each user's attempts are a
+    job of their own ("llama (uid 1000)"), so that nobody's runs count in another's A/B. Also
+    ``hostd.report.prom``'s, for the records it builds from Prometheus' series."""
     users: dict[str, set] = {}
     for doc in attempts:
         users.setdefault(doc["job"], set()).add(doc.get("uid"))
-    for i, doc in enumerate(attempts):
-        if len(users[doc["job"]]) > 1:
-            attempts[i] = {**doc, "job": f"{doc['job']} (uid {doc.get('uid')})"}
+    attempts = [
+        {**doc, "job": f"{doc['job']} (uid {doc.get('uid')})"} if len(users[doc["job"]]) > 1
+        else doc
+        for doc in attempts
+    ]  # fmt: skip
     attempts.sort(key=_time_order)
-    return attempts, warnings
+    return attempts
 
 
 # --- one attempt ------------------------------------------------------------------------------
@@ -159,12 +171,17 @@ def summarise(attempt: dict) -> dict:
     samples = [s for s in raw if isinstance(s, dict)] if isinstance(raw, list) else []
     start, end = _num(attempt.get("start")), _num(attempt.get("end"))
     duration = end - start if start is not None and end is not None and end >= start else None
+    if attempt.get("start_clipped") is True:  # began before the range Prometheus was asked for
+        duration = None
     rates = [v for s in samples if (v := _num(s.get("throughput"))) is not None]
     kept = rates[1:] if len(rates) >= 3 else rates
     gpu = [v for s in samples if (v := _amount(s.get("gpu_utilization"))) is not None]
     total, layers = _Wait(), {}
     for s in samples:
         per_layer = s.get("layers")
+        whole = s.get("all_layers")  # a record built from Prometheus: every layer together
+        if not per_layer and isinstance(whole, dict):
+            total.add(whole)
         if not isinstance(per_layer, dict):
             continue
         for name, entry in per_layer.items():
