@@ -457,6 +457,20 @@ def _status_kb(key: str) -> int:
     return 0
 
 
+def _profiled(profiler) -> dict[str, str]:
+    """A stopped profile's top 15 functions, by cumulative and by own time."""
+    import io
+    import pstats
+
+    profiler.disable()
+    out = {}
+    for order in ("cumulative", "tottime"):
+        buf = io.StringIO()
+        pstats.Stats(profiler, stream=buf).strip_dirs().sort_stats(order).print_stats(15)
+        out[f"profile_{order}"] = buf.getvalue()
+    return out
+
+
 def _measure_hostd(profile: bool) -> dict:
     # The snapshot of hostd taken when the benchmark started (see snapshot_hostd), else the
     # working tree's; never whatever happens to be installed.
@@ -502,14 +516,7 @@ def _measure_hostd(profile: bool) -> dict:
         "hostd_src": str(Path(sys.modules["hostd"].__file__).parent.parent),
     }
     if profiler is not None:
-        import io
-        import pstats
-
-        profiler.disable()
-        for order in ("cumulative", "tottime"):
-            buf = io.StringIO()
-            pstats.Stats(profiler, stream=buf).strip_dirs().sort_stats(order).print_stats(15)
-            out[f"profile_{order}"] = buf.getvalue()
+        out.update(_profiled(profiler))
     return out
 
 
@@ -568,14 +575,7 @@ def _measure_agent(profile: bool) -> dict:
            "processes": processes, "rss_start_kb": rss_start}  # fmt: skip
     out["other"] = total - sum(spent.values())
     if profiler is not None:
-        import io
-        import pstats
-
-        profiler.disable()
-        for order in ("cumulative", "tottime"):
-            buf = io.StringIO()
-            pstats.Stats(profiler, stream=buf).strip_dirs().sort_stats(order).print_stats(15)
-            out[f"profile_{order}"] = buf.getvalue()
+        out.update(_profiled(profiler))
     return out
 
 
