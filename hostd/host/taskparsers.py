@@ -82,7 +82,7 @@ class Status:
     """The fields of /proc/PID/task/TID/status that hostd uses."""
 
     tgid: int
-    uid: int  # effective uid
+    uid: int  # effective uid; a set-uid-root program's real uid (``parse_status``)
     gid: int  # effective gid
     cpus_allowed: frozenset[int]
     voluntary_ctxt_switches: int
@@ -97,12 +97,16 @@ def parse_status(text: str) -> Status:
         key, sep, value = line.partition(":")
         if sep:
             fields[key] = value.strip()
-    uids = fields.get("Uid", "0 0").split()
-    gids = fields.get("Gid", "0 0").split()
+    uids = [int(u) for u in fields.get("Uid", "0 0").split()]
+    gids = [int(g) for g in fields.get("Gid", "0 0").split()]
+    # The effective ids, but a set-uid (set-gid) root program counts as the user who ran it (its
+    # real id): any user can start `su` or `passwd` with a rank's environment, and root's
+    # protection (a uid-0 gate) must not go to a process a user started and still owns.
+    uid, gid = uids[1] if len(uids) > 1 else uids[0], gids[1] if len(gids) > 1 else gids[0]
     return Status(
         tgid=int(fields.get("Tgid", "0")),
-        uid=int(uids[1] if len(uids) > 1 else uids[0]),
-        gid=int(gids[1] if len(gids) > 1 else gids[0]),
+        uid=uids[0] if uid == 0 else uid,
+        gid=gids[0] if gid == 0 else gid,
         cpus_allowed=parse_cpulist(fields.get("Cpus_allowed_list", "")),
         voluntary_ctxt_switches=int(fields.get("voluntary_ctxt_switches", "0")),
         nonvoluntary_ctxt_switches=int(fields.get("nonvoluntary_ctxt_switches", "0")),

@@ -56,6 +56,22 @@ def test_status_fields():
 
 
 @pytest.mark.parametrize(
+    ("uids", "uid"),
+    [
+        ("0\t0\t0\t0", 0),  # root's
+        ("1000\t1000\t1000\t1000", 1000),
+        ("1000\t0\t0\t0", 1000),  # a set-uid-root program a user ran (su, passwd): the user's
+        ("0\t1000\t1000\t1000", 1000),  # root that took a user's identity: the user's
+    ],
+)
+def test_status_uid_is_never_root_for_a_set_uid_program(uids: str, uid: int):
+    """A uid-0 gate protects root's processes: `RANK=0 ... su` started by a user holds euid 0
+    but is the user's (its real uid), and so are its session and its threads."""
+    st_ = parse_status(f"Tgid:\t5\nUid:\t{uids}\nGid:\t{uids}\n")
+    assert (st_.uid, st_.gid) == (uid, uid)
+
+
+@pytest.mark.parametrize(
     ("text", "primary"),
     [
         ("0::/system.slice/train.service\n", "/system.slice/train.service"),  # pure v2
