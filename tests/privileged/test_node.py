@@ -191,8 +191,14 @@ def test_the_node_keeps_its_own_and_preempts_the_rest(tmp_path, node, write, cra
     try:
         agent.wait_passes(1, timeout=PATIENCE)
 
-        def down() -> bool:
-            return all(_policy(node.procs[n].pid) == os.SCHED_IDLE for n in demoted)
+        weighed = [n for n in ("container", "workload-pod", "userns-pod") if write and n in demoted]
+
+        def down() -> bool:  # every session demoted, and then each weighed cgroup written
+            # (a cgroup yields once every session in it is demoted: one may come a tick later)
+            state = node.state()
+            return all(_policy(node.procs[n].pid) == os.SCHED_IDLE for n in demoted) and all(
+                state[n][2] != before[n][2] for n in weighed
+            )
 
         wait_for(down, "the competing work demoted", agent, PATIENCE)
         now = node.state()
