@@ -521,12 +521,16 @@ def _measure_hostd(profile: bool) -> dict:
 
 
 def _measure_agent(profile: bool) -> dict:
-    """The agent's full pass (``Agent.pass_once``, observe mode: nothing written) a second time
-    in one process, as every overflow and drift rescan is: what a pass need not repeat (what an
-    unnamed thread was seen doing, a plan with nothing changed) is not repeated. Its stages
-    timed by wrapping them."""
+    """The agent's full pass as its loop runs it (``hostd.agent.loop.full``: ``Agent.pass_once``
+    in observe mode, nothing written, then the collection and freeze of what it keeps, under the
+    agent's collector thresholds) a second time in one process, as every overflow and drift
+    rescan is: what a pass need not repeat (what an unnamed thread was seen doing) is not
+    repeated. Its stages timed by wrapping them."""
     sys.path.insert(0, os.environ.get(SRC_ENV) or str(REPO))
+    import gc
+
     import hostd.agent.core as core
+    import hostd.agent.loop as loop
     from hostd.agent.core import Agent
     from hostd.host import Host
 
@@ -545,6 +549,8 @@ def _measure_agent(profile: bool) -> dict:
 
     core.read_topology = timed("topology", core.read_topology)
     core.plan = timed("plan", core.plan)
+    loop.parts.freeze = timed("gc", loop.parts.freeze)
+    gc.set_threshold(*loop.GC_THRESHOLD)  # as ``hostd.agent.loop.run`` sets them
     with tempfile.TemporaryDirectory(prefix="hostd-bench-agent-") as tmp:
         agent = Agent(Host(), None, state_dir=f"{tmp}/state", run_dir=f"{tmp}/run",
                       mode="observe")  # fmt: skip
@@ -553,7 +559,7 @@ def _measure_agent(profile: bool) -> dict:
         agent.reconcile = timed("reconcile", agent.reconcile)
         rss_start = _status_kb("VmRSS")
         t0 = clock()
-        agent.pass_once()
+        loop.full(agent, "start")
         first = clock() - t0
         spent.clear()
         profiler = None
@@ -564,7 +570,7 @@ def _measure_agent(profile: bool) -> dict:
             profiler.enable()
         c0 = time.process_time()
         t0 = clock()
-        agent.pass_once("drift")
+        loop.full(agent, "drift")
         total = clock() - t0
         cpu = time.process_time() - c0
         tasks = len(agent.cache.tasks)
@@ -865,22 +871,24 @@ def render(
     if again:
         lines += [
             "",
-            "The agent's full pass (`Agent.pass_once` in observe mode, nothing written: the "
-            "topology, `TaskCache.rescan`, classify, plan, the desired state and reconcile's "
-            "reads), a second time in the same fresh process, as every event overflow and "
+            "The agent's full pass as its loop runs it (`hostd.agent.loop.full`: "
+            "`Agent.pass_once` in observe mode, nothing written: the topology, "
+            "`TaskCache.rescan`, classify, plan, the desired state and reconcile's reads; then "
+            "the collection and freeze of what the agent keeps, `gc`; the agent's collector "
+            "thresholds), a second time in the same fresh process, as every event overflow and "
             "drift rescan is; `first` is the same process's first pass (what a start costs). "
             "Stages timed by wrapping them; `other` is the rest of the pass (the task planner, "
             "the desired state, the status).",
             "",
             "| threads | tasks | first s | topology s | scan s | classify s | plan s | "
-            "reconcile s | other s | total s (median / max) | CPU s | peak RSS MB |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "reconcile s | gc s | other s | total s (median / max) | CPU s | peak RSS MB |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in again:
             lines.append(
                 f"| {r.threads:,} | {r.tasks:,} | {_fmt(r.med('first'))} "
                 + " ".join(f"| {_fmt(r.med(k))}" for k in
-                           ("topology", "scan", "classify", "plan", "reconcile", "other"))
+                           ("topology", "scan", "classify", "plan", "reconcile", "gc", "other"))
                 + f" | {_fmt(r.med('total'))} / {_fmt(r.max('total'))} | {_fmt(r.med('cpu'))} "
                 f"| {r.peak_mb:.0f} |"
             )  # fmt: skip

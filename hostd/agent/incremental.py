@@ -113,9 +113,15 @@ class Incremental:
         # counted as the read-only commands count: every thread but hostd's own
         me = os.getpid()
         self.layer_counts = Counter(c.layer for c in items if c.task.pid != me)
+        # the threads hostd may touch per layer: the plan counted them (one pass over 100k
+        # threads, not two); the members of the layers with CPUs, by tid
+        self.counts = Counter({lp.name: lp.threads for lp in plan.layers if lp.threads})
         self.members = {ly.name: set() for ly in planner.layers.values() if ly.kind != "open"}
+        layers, exclude = planner.layers, planner.exclude_pids
         for c in items:
-            self._count(c, 1)
+            tids = self.members.get(c.layer)
+            if tids is not None and may_touch(c, layers, exclude):
+                tids.add(c.task.tid)
 
     def _count(self, item: Classified, delta: int) -> None:
         """Count a thread hostd may touch in (or out of) its layer."""

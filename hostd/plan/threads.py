@@ -9,12 +9,16 @@ from collections.abc import Iterable, Mapping
 
 from hostd.classify import Classified
 from hostd.model.cpus import home_of, v2_group
+from hostd.model.tasks import Process
 from hostd.model.topology import Topology
 from hostd.plan.numa import _target_node
 from hostd.plan.values import NORMAL_POLICIES, CpusetPlan, NumaPlan, Plan, TaskPlan
 from hostd.policy import Layer, Policy
 
 _MISSING = object()
+# At most this many twins' decisions are kept (``TaskPlanner.decide``; a planner lives as long as
+# its plan): a few hundred bytes each.
+TWINS = 16384
 
 
 def may_touch(item: Classified, layers: Mapping[str, Layer], exclude_pids: frozenset[int]) -> bool:
@@ -80,6 +84,8 @@ class TaskPlanner:
         # The affinity depends only on (layer, node, base affinity): memoized, since at 100k
         # threads most share all three.
         self._memo: dict[tuple, frozenset[int] | None] = {}
+        self._twins: dict[tuple, tuple[Process, TaskPlan | None]] = {}  # ``decide``
+        self._realtime = {ly.name for ly in policy.layers if ly.sched.realtime}
 
     @classmethod
     def for_plan(
@@ -129,7 +135,36 @@ class TaskPlanner:
         self, item: Classified, base: frozenset[int] | None = None
     ) -> tuple[TaskPlan | None, NumaPlan | None]:
         """The thread's plan (None: nothing to decide) and, the first time its process is seen
-        with a NUMA target, the process's NumaPlan. ``base``: its affinity before hostd."""
+        with a NUMA target, the process's NumaPlan. ``base``: its affinity before hostd.
+
+        A thread that is not its process's leader, of a layer without real-time slots, on a
+        host of one NUMA node is decided as its twin was: a thread of the same process object
+        and layer, with the same base affinity and policy, seen in the same demotion and cpuset
+        state (nothing else of it is read). At 100k threads most threads are such twins."""
+        task = item.task
+        pid = task.pid
+        if task.tid == pid or self.multi_node or item.layer in self._realtime:
+            return self._decide(item, base)
+        key = (
+            pid, item.layer, task.affinity if base is None else base, task.policy,
+            task.process.session in self.demoted and pid not in self.spared,
+            pid in self.cpuset_pids,
+        )  # fmt: skip
+        twin = self._twins.get(key)
+        if twin is not None and twin[0] is task.process:
+            tp = twin[1]
+            if tp is not None:
+                tp = tp._replace(tid=task.tid, start_time=task.start_time, comm=task.comm)
+            return tp, None
+        tp, numa = self._decide(item, base)
+        if len(self._twins) >= TWINS:
+            self._twins.clear()
+        self._twins[key] = (task.process, tp)
+        return tp, numa
+
+    def _decide(
+        self, item: Classified, base: frozenset[int] | None
+    ) -> tuple[TaskPlan | None, NumaPlan | None]:
         task, layer = item.task, self.layers[item.layer]
         own = self.layer_cpus.get(layer.name, frozenset())
         pool = self.pool

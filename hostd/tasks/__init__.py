@@ -164,7 +164,10 @@ class TaskCache:
             self._roots = set(roots)
         nvml, _ = self.host.nvml(fresh=True)
         self._nvml_pids = nvml.pids if nvml else frozenset()
-        old = self.tasks
+        # Of the threads read before, only what the unnamed threads of a job were seen doing is
+        # used (``scan``'s ``seen``): the rest goes before the new ones are read (100k threads'
+        # objects held twice were the agent's peak memory).
+        old = {tid: t for tid, t in self.tasks.items() if t.activity}
         self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after
         tasks = scan(self.host, read_fds=self.read_fds, pids=pids, seen=old)
         self.tasks = {t.tid: t for t in tasks}

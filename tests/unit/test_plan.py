@@ -476,3 +476,104 @@ def test_a_thread_decided_again_drops_the_join_it_waited_for():
     assert key not in decide(born) and born.key in inc.pending
     inc.drop(born.tid, cached=False)
     assert born.key not in inc.pending
+
+
+TWIN_POLICY = b"""
+version = 1
+[preempt]
+session_nice = 19
+[[layer]]
+name = "trainer"
+comment = "ranks"
+match = [[{ comm_prefix = "rank" }]]
+kind = "grouped"
+cpus = { min = 2, max = 3 }
+sched = { policy = "batch", nice = -5, group_nice = -10 }
+preempt = true
+
+[[layer]]
+name = "data"
+comment = "loaders"
+match = [[{ comm_prefix = "pt_data_worker" }]]
+kind = "confined"
+cpus = { min = 1, max = 1 }
+
+[[layer]]
+name = "rest"
+comment = "all else"
+match = [[]]
+preemptible = true
+"""
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    v2=st.booleans(),
+    procs=st.lists(
+        st.tuples(
+            st.sampled_from(["rank", "pt_data_worker", "stress-ng"]),
+            st.sampled_from(["/", "/hostd/trainer", "/docker/a", "/job", "/job/hostd.trainer"]),
+            st.integers(1, 8),  # threads
+            st.integers(0, 2),  # session: 0 its own, 1 demoted, 2 demoted and spared
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    threads=st.lists(
+        st.tuples(
+            st.sampled_from([0, 0, 1]),  # its policy (1: SCHED_FIFO, which a demotion keeps)
+            st.sampled_from([None, None, (0, 1), (6, 7)]),  # its affinity
+            st.booleans(),  # renamed into the data layer
+        ),
+        min_size=36,
+        max_size=36,
+    ),
+    bases=st.lists(st.sampled_from([None, None, None, (7,)]), min_size=36, max_size=36),
+    flip=st.integers(0, 36),  # a session demoted after this many decisions
+)
+def test_twins_are_decided_as_the_planner_decides_each_thread(v2, procs, threads, bases, flip):
+    """``TaskPlanner.decide`` hands a thread its twin's decision (same process, layer, base
+    affinity, policy, demotion and cpuset state): every decision must be what deciding that
+    thread alone gives, whatever came before it (its process in a cpuset or not yet, its session
+    demoted midway, the leader of a demoted session among them)."""
+    layout = (
+        CgroupLayout("v2", "/sys/fs/cgroup", ("cpuset", "cpu"), (), "v2")
+        if v2
+        else CgroupLayout("hybrid", None, (), (("cpuset", "/sys/fs/cgroup/cpuset"),), "v1")
+    )
+    topo = replace(synth.topology("1x8x1"), cgroup=layout)
+    policy = parse_policy(TWIN_POLICY + b'[cgroups]\nwrite = ["service", "other"]\n', "t.toml")
+    tasks, demoted, spared = [], set(), set()
+    for i, (comm, cpuset, n, session) in enumerate(procs):
+        pid = 1000 + 100 * i
+        proc = replace(synth.process(pid, comm, session=pid if session else 0), cpuset=cpuset)
+        if session:
+            demoted.add(pid)
+        if session == 2:
+            spared.add(pid)
+        for j, task in enumerate(synth.threads(proc, n, online=topo.online)):
+            policy_no, affinity, renamed = threads[(6 * i + j) % 36]
+            tasks.append(
+                replace(
+                    task, policy=policy_no, affinity=frozenset(affinity or topo.online),
+                    comm="pt_data_worker" if renamed else task.comm,
+                )
+            )  # fmt: skip
+    classified = Classifier(policy).classify_all(tasks)
+    full = plan(
+        topo, classified, policy, demoted_sessions=frozenset(demoted), spared_pids=frozenset(spared)
+    )
+
+    def planner():
+        p = TaskPlanner.for_plan(full, topo, policy, allow_rt=True)
+        p.demoted, p.spared = set(demoted) - {max(demoted, default=0)}, set(spared)
+        p.cpuset_pids.clear()  # as an event pass finds it: its processes join one by one
+        return p
+
+    twins, alone = planner(), planner()
+    for n, item in enumerate(classified * 2):  # twice: the second time, every twin is known
+        if n == flip:
+            for p in (twins, alone):
+                p.demoted.add(max(demoted, default=0))
+        base = None if bases[n % 36] is None else frozenset(bases[n % 36])
+        assert twins.decide(item, base) == alone._decide(item, base), item.task
