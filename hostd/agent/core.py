@@ -210,7 +210,9 @@ class Agent:
         self.inc.start(topo, the_plan, planner, classified)
         want = desired_state(the_plan, tasks)
         self.close_exited()  # their exit events said so; live_keys: the others unseen
-        report = self.reconcile(want, Observed(tasks), live_keys={t.key for t in tasks})
+        # every thread's key, for the journal's records of threads unseen (none: none asked)
+        live = {(t.tid, t.start_time) for t in tasks} if len(self.journal) else None
+        report = self.reconcile(want, Observed(self.cache.tasks), live_keys=live)
         elapsed = time.monotonic() - started
         self.full_cost, self.last_full = elapsed, time.monotonic()
         self.counters["full_passes"] += 1

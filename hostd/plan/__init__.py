@@ -135,20 +135,29 @@ def plan(
     notes: list[str] = list(topo.notes)
     layers = {ly.name: ly for ly in policy.layers}
 
-    # Which threads hostd may touch, and who is in each layer.
-    touchable = [item for item in classified if may_touch(item, layers, exclude_pids)]
-    members = Counter(item.layer for item in touchable)
-
-    # Per-process GPU node targets, for gpu-local layers.
+    # Which threads hostd may touch, who is in each layer, the cgroups they are in (one loop:
+    # it runs over every thread of the host), and per process a GPU node target, for gpu-local
+    # layers.
+    touchable: list[Classified] = []
+    cpusets: dict[str, set[str]] = {}
     targets: dict[int, int | None] = {}
-    for item in touchable:
-        pid = item.task.pid
-        if pid not in targets and layers[item.layer].numa == "gpu-local":
-            targets[pid] = _target_node(topo, item.task.process)
+    gpu_local = {ly.name for ly in policy.layers if ly.numa == "gpu-local"}
+    for item in classified:
+        proc = item.task.process
+        if proc.pid in exclude_pids or (
+            proc.is_kthread and not may_touch(item, layers, exclude_pids)
+        ):
+            continue
+        touchable.append(item)
+        if proc.cpuset:
+            cpusets.setdefault(item.layer, set()).add(proc.cpuset)
+        if item.layer in gpu_local and proc.pid not in targets:
+            targets[proc.pid] = _target_node(topo, proc)
+    members = Counter(item.layer for item in touchable)
 
     # CPUs per layer (hostd.plan.layers), then hostd's cpusets holding them.
     by_target: dict[str, Counter[int]] = {}
-    for item in touchable:
+    for item in touchable if targets else ():
         node = targets.get(item.task.pid)
         if node is not None:
             by_target.setdefault(item.layer, Counter())[node] += 1
@@ -156,10 +165,7 @@ def plan(
         topo, policy, members, by_target, stats=stats, sizes=sizes, current=current
     )
     layer_cpus = {name: lp.cpus for name, lp in layer_plans.items() if lp.kind != "open"}
-    homes: dict[str, set[str]] = {}
-    for item in touchable:
-        if item.task.process.cpuset:
-            homes.setdefault(item.layer, set()).add(home_of(item.task.process.cpuset))
+    homes = {layer: {home_of(path) for path in paths} for layer, paths in cpusets.items()}
     groups = plan_cpusets(topo, policy, layer_cpus, pool, homes)
     v2 = topo.cgroup.cpuset == "v2"
     with_cpuset = {n for n, c in layer_cpus.items() if c and topo.cgroup.cpuset in ("v1", "v2")}
@@ -194,7 +200,7 @@ def plan(
     task_plans: list[TaskPlan] = []
     numa_plans: dict[int, NumaPlan] = {}
     for item in touchable:
-        tp, np_ = decider.decide(item, base_of.get(item.task.key))
+        tp, np_ = decider.decide(item, base_of.get(item.task.key) if base_of else None)
         if np_ is not None:
             numa_plans[np_.pid] = np_
         if tp is not None:

@@ -8,7 +8,7 @@ agent builds ``Observed`` from its scan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from hostd import knobs
 from hostd.host.syscalls import POLICY_NAMES
@@ -21,8 +21,9 @@ class Observed:
     up by knob key. Built per lookup rather than as a dict of every thread's keys: at 100k
     threads that dict was 300k key strings and values, the agent's peak memory."""
 
-    def __init__(self, tasks: Iterable[Task]) -> None:
-        self.tasks = {t.tid: t for t in tasks}
+    def __init__(self, tasks: Iterable[Task] | Mapping[int, Task]) -> None:
+        """``tasks``: the threads, or a mapping of them by tid already made (the agent's cache)."""
+        self.tasks = tasks if isinstance(tasks, Mapping) else {t.tid: t for t in tasks}
 
     def task(self, key: str) -> Task | None:
         """The thread of a task key, if the snapshot holds that same thread."""

@@ -173,15 +173,19 @@ class TaskCache:
         self.tasks = {t.tid: t for t in tasks}
         now = time.monotonic()
         seen, self.unsettled = self.unsettled, {}
+        procs, members, creds = self.procs, self.members, self._creds
         for t in tasks:
             if t.activity and t.activity not in STICKY_ACTIVITIES:
                 before = old.get(t.tid)
                 # New, or still unsettled (one that settled stays settled: its look was kept)
                 if before is None or before.start_time != t.start_time or t.tid in seen:
                     self.unsettled[t.tid] = seen.get(t.tid, now)
-            self.procs[t.pid] = t.process
-            self.members.setdefault(t.pid, set()).add(t.tid)
-            self._creds[t.pid] = (t.uid, t.gid)
+            pid = t.process.pid
+            tids = members.get(pid)
+            if tids is None:  # the first thread of its process (they share its credentials)
+                procs[pid], members[pid], creds[pid] = t.process, {t.tid}, (t.uid, t.gid)
+            else:
+                tids.add(t.tid)
         self._fds_checked = {pid: now for pid in self.procs}
         return tasks
 
