@@ -262,10 +262,11 @@ class Agent:
         now = time.monotonic_ns()  # each new thread placed: how long after its fork event
         for stamp in placed_stamps(inc.born, report, looked):
             self.event_lag.observe(max(0, now - stamp) / 1e9)
-        if log.isEnabledFor(logging.DEBUG):
+        if log.isEnabledFor(logging.DEBUG):  # waited: from its first event to this pass
+            waited = started - batch.first_ts / 1e9 if batch.first_ts else float("nan")
             log.debug(
-                "events n=%d threads=%d seconds=%.4f %s", batch.size, len(items),
-                time.monotonic() - started,
+                "events n=%d threads=%d waited=%.4f seconds=%.4f %s", batch.size, len(items),
+                waited, time.monotonic() - started,
                 " ".join(f"{k}={v}" for k, v in sorted(report.counts.items())),
             )  # fmt: skip
         log_problems(report)

@@ -29,14 +29,17 @@ class Batch:
     exits: list[int] = field(default_factory=list)  # tids that exited
     born: dict[int, int] = field(default_factory=dict)  # tid -> its fork event's stamp (ns)
     size: int = 0  # events in the batch
+    first_ts: int = 0  # its first event's stamp (ns, CLOCK_MONOTONIC; 0 unknown): its wait
 
     @classmethod
     def of(cls, events: Iterable[Event], me: int, in_scope: Callable[..., bool]) -> Batch:
         batch = cls()
         named, born, exits = batch.named, batch.born, batch.exits  # (a storm's 20k events/s)
-        size = 0
+        size = first = 0
         for ev in events:
             size += 1
+            if not first:
+                first = ev.ts
             kind, tid, tgid = ev.kind, ev.tid, ev.tgid
             if tgid == me:
                 continue
@@ -55,7 +58,7 @@ class Batch:
                     batch.exec_pids.add(tgid)
                 elif tid == tgid:
                     batch.leaders[tgid] = ev.comm
-        batch.size = size
+        batch.size, batch.first_ts = size, first
         return batch
 
 
