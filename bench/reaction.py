@@ -352,10 +352,12 @@ def _cmd_first(msg: dict) -> dict:
     want, poll = _want_of(msg), msg["poll"]
     timeout_ns = int(msg["timeout"] * 1e9)
     box: list[int | None] = []
+    at: list[float] = []  # the wall clock at t0: the agent's log lines up with it
 
     def member() -> None:
         fd = os.open(f"/proc/self/task/{threading.get_native_id()}/comm", os.O_WRONLY)
         try:
+            at.append(time.time())
             t0 = time.monotonic_ns()
             os.write(fd, msg["name"].encode())
             t1 = _wait_applied(want, t0 + timeout_ns, poll)
@@ -366,7 +368,7 @@ def _cmd_first(msg: dict) -> dict:
     thread = threading.Thread(target=member)
     thread.start()
     thread.join()
-    return {"ns": box}
+    return {"ns": box, "at": at}
 
 
 def _renamer(n: int) -> tuple[list[threading.Event], list, dict]:
@@ -977,6 +979,7 @@ def run_arm(arm, threads: int, args: argparse.Namespace, ctx: dict, stack) -> Ar
 def run_first(arm: HostdArm, msg: dict, args: argparse.Namespace, base: dict) -> Case:
     """A layer's first member, ``--first-samples`` times, each once the layer has no CPU."""
     samples: list[float | None] = []
+    at: list[str] = []  # each sample's start, as the agent's log writes the time
     with contextlib.ExitStack() as inner:
         worker = inner.enter_context(_worker("first", COLD_NAME, {**base, "comm": COLD_NAME}))
         for _ in range(args.first_samples):
@@ -986,7 +989,11 @@ def run_first(arm: HostdArm, msg: dict, args: argparse.Namespace, base: dict) ->
             if "error" in reply:
                 raise RuntimeError(f"first member: {reply['error']}")
             samples += [None if v is None else v / 1e6 for v in reply["ns"]]
-    return Case(samples)
+            at += [
+                time.strftime("%H:%M:%S", time.localtime(t)) + f",{int(t % 1 * 1000):03d}"
+                for t in reply["at"]
+            ]
+    return Case(samples, {"at": at})
 
 
 def _pid_applied(tid: int, want: Want) -> bool:
@@ -1082,7 +1089,7 @@ def steady(arm, seconds: float) -> dict:
 
 
 def _print_case(name: str, case: Case) -> None:
-    extra = " ".join(f"{k}={v}" for k, v in case.extra.items())
+    extra = " ".join(f"{k}={v}" for k, v in case.extra.items() if k != "at")  # (JSON only)
     print(
         f"    {name}: p50 {_ms(case.stat(0.5))} p99 {_ms(case.stat(0.99))} "
         f"max {_ms(case.stat(1.0))} ms, misses {case.misses}/{len(case.samples_ms)} {extra}",
