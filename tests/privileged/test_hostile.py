@@ -33,7 +33,13 @@ FAKE_GPU = (
 
 
 def _fds(pid: int) -> list[str]:
-    return sorted(os.readlink(f"/proc/{pid}/fd/{n}") for n in os.listdir(f"/proc/{pid}/fd"))
+    found = []
+    for n in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.append(os.readlink(f"/proc/{pid}/fd/{n}"))
+        except FileNotFoundError:  # closed meanwhile (an exec closes the close-on-exec ones)
+            continue
+    return sorted(found)
 
 
 def _start(argv: list[str]) -> subprocess.Popen:
@@ -47,8 +53,13 @@ def _start(argv: list[str]) -> subprocess.Popen:
 
 
 def _wait_exec(proc: subprocess.Popen) -> None:
+    """Until the shell has become ``sleep``, holding the fake devices (the shell holds them
+    before its exec too, with fds of its own that the exec closes)."""
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "/dev/nvidia0" not in _fds(proc.pid):
+    while time.monotonic() < deadline:
+        comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        if comm == "sleep" and "/dev/nvidia0" in _fds(proc.pid):
+            return
         time.sleep(0.05)
 
 
