@@ -428,6 +428,8 @@ class Incremental:
             if task is None or task.start_time != start:
                 continue
             value = r.value
+            if kind in ("affinity", "nice", "sched"):
+                task.line = 0  # no longer its stat line's values: the next full pass reads it
             if kind == "affinity":
                 task.affinity = parse_cpulist(str(value))
             elif kind == "nice" and isinstance(value, int):

@@ -7,7 +7,7 @@ pure core can use them without importing the kernel door.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hostd.model.jobs import Job
 from hostd.model.node import ROOT, Place
@@ -108,7 +108,8 @@ class Process:
 @dataclass(slots=True)
 class Task:
     """One thread. (Not frozen, only because frozen construction costs 1 us more, 100k times a
-    pass; treat it as a value.)"""
+    pass; treat it as a value: what changes one in place, other than its own reading, says so
+    by setting ``line`` to 0.)"""
 
     tid: int
     start_time: int
@@ -125,6 +126,10 @@ class Task:
     processor: int
     process: Process
     activity: str = ""  # ACTIVITIES: what it was seen doing (unnamed threads of a job only)
+    # The hash of the stat line it was built from, while its fields are still that line's (0:
+    # not built from one, or changed since): the next full pass keeps a thread whose line is
+    # the same (``hostd.tasks.scan``). Not copied by ``replace``; not part of its value.
+    line: int = field(default=0, init=False, compare=False, repr=False)
 
     @property
     def pid(self) -> int:

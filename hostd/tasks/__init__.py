@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from hostd.host import Host, paths
@@ -58,7 +58,8 @@ def scan(
     *,
     read_fds: bool = True,
     pids: list[int] | None = None,
-    seen: Mapping[int, Task] | None = None,
+    seen: dict[int, Task] | None = None,
+    affinities: dict[frozenset[int], frozenset[int]] | None = None,
 ) -> list[Task]:
     """Every live thread below ``host``'s /proc (or of ``pids`` only), sorted by tid.
 
@@ -69,6 +70,13 @@ def scan(
     (``Host.thread_activity``), since their names say nothing; not a thread of ``seen`` (the
     threads a previous pass read, by tid) that was already looked at: what it was seen doing
     stays (``TaskCache.relook`` goes on looking at it while it is unsettled).
+
+    A thread of ``seen`` whose stat line is the one it was built from (``Task.line``), with the
+    same affinity and credentials, is kept as it is (its process updated): at 100k threads most
+    lines do not change between two passes, and building them again was a third of the scan's
+    Python. ``seen`` is emptied as it is read (a thread that changed frees its old value at
+    once). ``affinities``: the distinct affinities kept between passes (most threads share a
+    handful: one copy of each, for memory and so that a kept thread's compares by identity).
     """
     nvml, _ = host.nvml()
     nvml_pids = nvml.pids if nvml else frozenset()
@@ -83,28 +91,46 @@ def scan(
     add = tasks.append
     # Most threads share a handful of affinities: keep one copy of each (memory, and the
     # planner's per-affinity memo hits by identity).
-    interned: dict[frozenset[int], frozenset[int]] = {}
-    for old, uid, gid in found:
-        proc = known[old.pid]
+    interned = {} if affinities is None else affinities
+    if len(interned) > AFFINITIES_KEPT:
+        interned.clear()
+    before = seen.pop if seen else None
+    for old_proc, uid, gid in found:
+        proc = known[old_proc.pid]
         for tid, text, cpus in host.thread_stats(proc.pid):
-            try:
-                task = _task(tid, text, interned.setdefault(cpus, cpus), uid, gid, proc)
-            except (ValueError, IndexError):
-                continue  # half-written: treated as gone for this pass
-            if task is not None:
-                if proc.job is not None and task.unnamed:
-                    old_task = seen.get(tid) if seen else None
-                    if (
-                        old_task is not None
-                        and old_task.activity
-                        and old_task.start_time == task.start_time
-                    ):
-                        task.activity = old_task.activity
-                    else:
-                        task.activity = host.thread_activity(proc.pid, tid)
-                add(task)
+            cpus = interned.setdefault(cpus, cpus)
+            old = before(tid, None) if before is not None else None
+            line = hash(text)
+            if (
+                old is not None
+                and old.line == line
+                and (old.affinity is cpus or old.affinity == cpus)
+                and old.uid == uid
+                and old.gid == gid
+            ):
+                task = old  # the same line: the same thread, unchanged
+                task.process = proc
+            else:
+                try:
+                    task = _task(tid, text, cpus, uid, gid, proc)
+                except (ValueError, IndexError):
+                    continue  # half-written: treated as gone for this pass
+                if task is None:
+                    continue
+                task.line = line
+            if proc.job is not None and task.unnamed:
+                if old is None or not old.activity or old.start_time != task.start_time:
+                    task.activity = host.thread_activity(proc.pid, tid)
+                elif task is not old:
+                    task.activity = old.activity  # what it was seen doing stays
+            elif task.activity:
+                task.activity = ""  # (kept, but no longer an unnamed thread of a job)
+            add(task)
     tasks.sort(key=lambda t: t.tid)
     return tasks
+
+
+AFFINITIES_KEPT = 4096  # distinct affinities ``TaskCache`` keeps between passes, at most
 
 
 class TaskCache:
@@ -150,6 +176,7 @@ class TaskCache:
         self._creds: dict[int, tuple[int, int]] = {}
         self._nvml_pids: frozenset[int] = frozenset()
         self.unsettled: dict[int, float] = {}  # tid -> when first seen: ``relook`` these
+        self._affinities: dict[frozenset[int], frozenset[int]] = {}  # ``scan``'s, kept
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -164,22 +191,28 @@ class TaskCache:
             self._roots = set(roots)
         nvml, _ = self.host.nvml(fresh=True)
         self._nvml_pids = nvml.pids if nvml else frozenset()
-        # Of the threads read before, only what the unnamed threads of a job were seen doing is
-        # used (``scan``'s ``seen``): the rest goes before the new ones are read (100k threads'
-        # objects held twice were the agent's peak memory).
-        old = {tid: t for tid, t in self.tasks.items() if t.activity}
-        self.tasks, self.procs, self.members, self._creds = {}, {}, {}, {}  # before, not after
-        tasks = scan(self.host, read_fds=self.read_fds, pids=pids, seen=old)
+        # The threads read before go to ``scan`` (``seen``), which keeps those unchanged and
+        # drops the others as it goes (100k threads' objects held twice were the agent's peak
+        # memory). Which unnamed threads of a job were looked at: for ``unsettled`` below.
+        looked = {tid: t.start_time for tid, t in self.tasks.items() if t.activity}
+        old, self.tasks = self.tasks, {}
+        self.procs, self.members, self._creds = {}, {}, {}  # before, not after
+        tasks = scan(
+            self.host, read_fds=self.read_fds, pids=pids, seen=old, affinities=self._affinities
+        )
+        del old  # (the threads that are gone)
         self.tasks = {t.tid: t for t in tasks}
         now = time.monotonic()
         seen, self.unsettled = self.unsettled, {}
         procs, members, creds = self.procs, self.members, self._creds
         for t in tasks:
-            if t.activity and t.activity not in STICKY_ACTIVITIES:
-                before = old.get(t.tid)
-                # New, or still unsettled (one that settled stays settled: its look was kept)
-                if before is None or before.start_time != t.start_time or t.tid in seen:
-                    self.unsettled[t.tid] = seen.get(t.tid, now)
+            # New, or still unsettled (one that settled stays settled: its look was kept)
+            if (
+                t.activity
+                and t.activity not in STICKY_ACTIVITIES
+                and (looked.get(t.tid) != t.start_time or t.tid in seen)
+            ):
+                self.unsettled[t.tid] = seen.get(t.tid, now)
             pid = t.process.pid
             tids = members.get(pid)
             if tids is None:  # the first thread of its process (they share its credentials)
@@ -287,6 +320,7 @@ class TaskCache:
             if task is None:
                 self.forget(tid)
                 continue
+            task.line = hash(text)
             old = self.tasks.get(tid)
             if old is not None and old.start_time != task.start_time:
                 self.forget(tid)  # a reused tid: the old thread is gone

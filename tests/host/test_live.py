@@ -179,3 +179,61 @@ def test_default_policy_classifies_a_real_torchrun_shaped_job():
                 assert sorted(tp.tid for tp in trainer_plans if tp.group_nice == -5) == sorted(
                     job.ranks
                 )
+
+
+_IDLE_THREADS = """
+import sys, threading
+stop = threading.Event()
+for n in range(3):
+    threading.Thread(target=stop.wait, name=f"idle{n}").start()
+print("ready", flush=True)
+sys.stdin.readline()
+stop.set()
+"""
+
+
+def test_a_full_pass_keeps_a_thread_whose_line_did_not_change():
+    """Issue 48: a rescan keeps the thread objects whose stat line, affinity and credentials are
+    as they were (pointing them at the new pass's process), and builds again every thread that
+    changed: renice, new affinity, or a value hostd itself wrote into the cached thread since
+    (``Incremental.note_applied``), which the kernel may have been given back meanwhile."""
+    from hostd import knobs
+    from hostd.agent.incremental import Incremental
+    from hostd.reconcile import PassReport
+    from hostd.reconcile.results import Result
+    from hostd.tasks import TaskCache
+
+    child = subprocess.Popen([sys.executable, "-c", _IDLE_THREADS], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline() == "ready\n"
+        cache = TaskCache(Host(), scope=[child.pid])
+        first = {t.tid: t for t in cache.rescan()}
+        idle = [tid for tid in first if tid != child.pid]
+        assert len(idle) == 3
+        second = {t.tid: t for t in cache.rescan()}
+        for tid in idle:  # blocked on the event: nothing of their line changed
+            assert second[tid] is first[tid]
+            assert second[tid].process is cache.procs[child.pid]
+        renice, pin, written = idle
+        os.setpriority(os.PRIO_PROCESS, renice, 5)
+        os.sched_setaffinity(pin, {min(os.sched_getaffinity(pin))})
+        # hostd wrote nice 7 and noted it in the cache; the kernel's value is 0 again (a
+        # drift, or a write that a restore undid): the next pass must see 0
+        inc = Incremental(cache)
+        task = cache.tasks[written]
+        inc.note_applied(PassReport([Result(knobs.task_key(written, task.start_time, "nice"),
+                                            "applied", 7)]))  # fmt: skip
+        assert cache.tasks[written].nice == 7
+        third = {t.tid: t for t in cache.rescan()}
+        assert third[renice] is not second[renice] and third[renice].nice == 5
+        assert third[pin] is not second[pin]
+        assert third[pin].affinity == frozenset({min(os.sched_getaffinity(pin))})
+        assert third[written].nice == 0
+        assert third[written].line != 0  # read again from its line
+        fourth = {t.tid: t for t in cache.rescan()}
+        assert all(fourth[tid] is third[tid] for tid in idle)
+    finally:
+        child.stdin.close()  # type: ignore[union-attr]
+        child.wait(10)
