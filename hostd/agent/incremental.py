@@ -109,19 +109,25 @@ class Incremental:
         self, topology: Topology, plan: Plan, planner: TaskPlanner, items: list[Classified]
     ) -> None:
         self.topology, self.plan, self.planner = topology, plan, planner
-        self.classified = {c.task.tid: c for c in items}
-        # counted as the read-only commands count: every thread but hostd's own
-        me = os.getpid()
-        self.layer_counts = Counter(c.layer for c in items if c.task.pid != me)
         # the threads hostd may touch per layer: the plan counted them (one pass over 100k
         # threads, not two); the members of the layers with CPUs, by tid
         self.counts = Counter({lp.name: lp.threads for lp in plan.layers if lp.threads})
-        self.members = {ly.name: set() for ly in planner.layers.values() if ly.kind != "open"}
+        self.members = members = {
+            ly.name: set() for ly in planner.layers.values() if ly.kind != "open"
+        }
         layers, exclude = planner.layers, planner.exclude_pids
-        for c in items:
-            tids = self.members.get(c.layer)
+        self.classified = classified = {}
+        counts: dict[str, int] = {}  # as the read-only commands count: all but hostd's own
+        me = os.getpid()
+        for c in items:  # one loop over every thread
+            task, layer = c.task, c.layer
+            classified[task.tid] = c
+            if task.process.pid != me:
+                counts[layer] = counts.get(layer, 0) + 1
+            tids = members.get(layer)
             if tids is not None and may_touch(c, layers, exclude):
-                tids.add(c.task.tid)
+                tids.add(task.tid)
+        self.layer_counts = Counter(counts)
 
     def _count(self, item: Classified, delta: int) -> None:
         """Count a thread hostd may touch in (or out of) its layer."""

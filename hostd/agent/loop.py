@@ -25,6 +25,7 @@ import logging
 import os
 import resource
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import hostd.sidecar
@@ -48,6 +49,7 @@ GC_THRESHOLD = (10_000, 10, 10)  # the collector's (see ``run``)
 # are mostly one thread's renames is a rename storm: rename events are muted for COMM_MUTE_S
 # where the kernel filters event types, then a full pass catches up (BENCHMARKS.md).
 OVERFLOW_GAP_S, COMM_MUTE_S = 5.0, 60.0
+SLOW_S = 0.002  # with ``-v``, a part's step or a collection that took longer is logged
 # The agent's file descriptors: it raises its soft limit to this (or its hard limit, if lower;
 # the unit sets LimitNOFILE to it) and warns below FILES_MIN. It holds about 20 of its own, one
 # more per /proc read under way and at most 16 scrape connections (hostd.agent.metrics).
@@ -73,6 +75,9 @@ def run(agent: Agent, once: bool = False) -> PassReport:
     # them in cycles: the youngest generation is collected every 10,000 objects kept, not 700
     # (collections took 3.5 % of the agent's CPU in a storm of 10,000 threads/s).
     gc.set_threshold(*GC_THRESHOLD)
+    timer = _collection_timer() if log.isEnabledFor(logging.DEBUG) else None
+    if timer is not None:
+        gc.callbacks.append(timer)
     own_files()
     # hostd's own priority: raised while it has a storm of new threads to place (``pace``)
     agent.calm_nice = os.getpriority(os.PRIO_PROCESS, 0)
@@ -102,6 +107,8 @@ def run(agent: Agent, once: bool = False) -> PassReport:
         keep_to_pool(agent, leaving=True)
         finish(agent)
         lock.close()
+        if timer is not None:
+            gc.callbacks.remove(timer)
 
 
 def own_files() -> int:
@@ -349,9 +356,30 @@ def step(agent: Agent) -> None:
             agent.state.last_event = time.monotonic()
     elif agent.raised:
         pace(agent, False, time.monotonic())
-    for part in agent.parts:
-        part.run()
-    rescan(agent)
+    timed = log.isEnabledFor(logging.DEBUG)  # (``-v``) what held the loop, an event waiting
+    for part in (*agent.parts, None):
+        began = time.monotonic()
+        if part is None:
+            rescan(agent)
+        else:
+            part.run()
+        if timed and (took := time.monotonic() - began) > SLOW_S:
+            name = type(part).__name__.lower() if part is not None else "rescan"
+            log.debug("step %s seconds=%.4f", name, took)
+
+
+def _collection_timer() -> Callable[[str, dict], None]:
+    """A ``gc.callbacks`` entry that logs (``-v``) each collection longer than ``SLOW_S``."""
+    began = [0.0]
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            began[0] = time.monotonic()
+        elif (took := time.monotonic() - began[0]) > SLOW_S:
+            log.debug("gc generation=%d seconds=%.4f collected=%d",
+                      info["generation"], took, info["collected"])  # fmt: skip
+
+    return timed
 
 
 def finish(agent: Agent) -> None:
