@@ -9,11 +9,18 @@ processes, and the CPUs each session's preemptible processes used since the last
 infrastructure, by the node model; the job's own layers, the agent's own session);
 ``interactive`` whose an interactive session is (its user's allowance). It reads through the
 host door and the watch's ``Applier`` (the threads hostd knows and how they were classified).
+
+A process's ``stat`` sums the CPU time of every one of its threads, which the kernel walks: at
+100,000 threads one read of every process took 45 ms, and an event that came meanwhile waited
+that long (a layer's first member in 32-44 ms, BENCHMARKS.md). The watch's loop reads them a
+slice at a time (``read(budget_s)``), between event passes; each process's CPU time is kept
+with the time it was read, and its share is over its own span.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 from hostd.preempt import Key, Sample, Watch, shielding_layers, why_kept
@@ -30,8 +37,15 @@ class Sampler:
     def __init__(self, host: Host, state: AgentState, watch: Watch, applier: Applier) -> None:
         self.host, self.state, self.watch, self.applier = host, state, watch, applier
         self.shielding = shielding_layers(state.policy)  # (the watch's ``configure`` renews it)
-        # pid -> (start time, its threads' CPU ticks, its reaped children's, its parent)
-        self.cpu: dict[int, tuple[int, int, int, int]] = {}
+        # pid -> (start time, its threads' CPU ticks, its reaped children's, its parent, boot
+        # ticks when it was read)
+        self.cpu: dict[int, tuple[int, int, int, int, int]] = {}
+        # a read under way (``read``): the pids left, and what was read (pid -> (state, CPU
+        # ticks, reaped ticks, boot ticks when read)), when it began, the seconds it took
+        self.left: list[int] | None = None
+        self.got: dict[int, tuple[str, int, int, int]] = {}
+        self.began = 0
+        self.busy = 0.0
         # parents that have a child hostd saw alive to reap: its time is not theirs (``sample``)
         self.reaping: set[int] = set()
         self.cpu_ticks = 0  # boot ticks when ``cpu`` was read
@@ -62,6 +76,31 @@ class Sampler:
         applier.counters["samples"] += len(samples)
         return samples, sessions, used
 
+    def read(self, budget_s: float | None = None) -> bool:
+        """Read each process's CPU time (for ``processes``): all that is left (``budget_s``
+        None), or for about ``budget_s`` seconds, the next call going on where this one
+        stopped. Returns whether every process is read."""
+        host, applier = self.host, self.applier
+        started = time.monotonic()
+        if self.left is None:  # a new read: the processes known now
+            self.left = [
+                pid
+                for pid, proc in applier.cache.procs.items()
+                if not proc.is_kthread and pid not in applier.exclude
+            ]
+            self.got, self.began, self.busy = {}, host.ticks_now(), 0.0
+        left, got = self.left, self.got
+        deadline = None if budget_s is None else started + budget_s
+        while left:
+            pid = left.pop()
+            cpu = host.process_cpu(pid)
+            if cpu is not None:
+                got[pid] = (*cpu, host.ticks_now())
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.busy += time.monotonic() - started
+        return not left
+
     def processes(
         self, rt: set[Key] = frozenset()
     ) -> tuple[dict[int, list[int]], dict[int, float], list[int]]:
@@ -71,9 +110,11 @@ class Sampler:
         the processes whose threads are worth a look (they ran or are runnable, are demoted or
         hold hostd's real-time threads). Not the reaped time of a child hostd saw alive: it was
         that child's, counted (or not, a rank's) where it ran; a launcher that reaps its ranks
-        is not busy for it."""
+        is not busy for it. Finishes the read under way (``read``), or makes one."""
+        self.read()
+        got, self.left = self.got, None
         applier = self.applier
-        cache, host, demoted = applier.cache, self.host, self.watch.demoted
+        cache, demoted = applier.cache, self.watch.demoted
         counted, classified = self.watch.counted, applier.inc.classified
         protected = self.state.policy.protected
         rt_pids = {task.pid for tid, _ in rt if (task := cache.tasks.get(tid)) is not None}
@@ -81,13 +122,11 @@ class Sampler:
         sessions: dict[int, list[int]] = {}
         used: dict[int, float] = {}
         looked: list[int] = []
-        cpu: dict[int, tuple[int, int, int, int]] = {}
+        cpu: dict[int, tuple[int, int, int, int, int]] = {}
         shares: dict[int, float] = {}  # CPUs each process used since the last tick
-        now_ticks = host.ticks_now()
-        since = self.cpu_ticks  # boot ticks at the last tick (0: none yet)
-        span = (now_ticks - since) / CLK_TCK if since else 0.0
+        since = self.cpu_ticks  # boot ticks when the last read began (0: none yet)
         reaping = self.reaping
-        for pid, (start, _, _, ppid) in self.cpu.items():
+        for pid, (start, _, _, ppid, _) in self.cpu.items():
             now = cache.procs.get(pid)
             if now is None or now.start_time != start:
                 reaping.add(ppid)  # it reaps (or has reaped) a child hostd saw alive
@@ -98,12 +137,12 @@ class Sampler:
             leader = classified.get(pid)
             if leader is not None and leader.layer in protected:
                 launchers[proc.ppid] = leader.layer
-            got = host.process_cpu(pid)
-            if got is None:
+            read = got.get(pid)
+            if read is None:  # gone, or new since the read began: the next read has it
                 continue
-            state, ticks, reaped = got
+            state, ticks, reaped, at = read
             prev = self.cpu.get(pid)
-            cpu[pid] = (proc.start_time, ticks, reaped, proc.ppid)
+            cpu[pid] = (proc.start_time, ticks, reaped, proc.ppid, at)
             same = prev is not None and prev[0] == proc.start_time
             ran = same and (ticks, reaped) != prev[1:3]
             if ran or state == "R" or proc.session in demoted or pid in rt_pids:
@@ -114,13 +153,13 @@ class Sampler:
                     reaping.discard(pid)  # the known child's time: not this process's
                     grown = 0
                 delta = ticks - prev[1] + grown
-            elif span > 0 and proc.start_time >= since:  # born since the last tick: all new
+                span = (at - prev[4]) / CLK_TCK
+            elif since and proc.start_time >= since:  # born since the last read: all new
                 delta = ticks + reaped
+                span = (at - since) / CLK_TCK
             else:
                 continue
-            if span <= 0:
-                continue
-            if delta <= 0:
+            if span <= 0 or delta <= 0:
                 continue
             shares[pid] = delta / CLK_TCK / span
             item = classified.get(pid)
@@ -128,7 +167,7 @@ class Sampler:
                 used[proc.session] = used.get(proc.session, 0.0) + shares[pid]
         self.cpu, self.shares, self.launchers = cpu, shares, launchers
         reaping.intersection_update(cpu)  # (a parent gone with its child)
-        self.cpu_ticks = now_ticks
+        self.cpu_ticks = self.began
         return sessions, used, looked
 
     def bystanders(self, sid: int, sessions: dict[int, list[int]], busy: float) -> set[int]:

@@ -16,7 +16,8 @@ its loop runs ``run_due`` when ``next_due`` comes (``hostd.agent.parts.Watch``).
 
 Its own cost is measured; the interval is stretched to 20 times it (at most 5 % of a CPU).
 While nothing is watched it keeps only each process's CPU time, read every ``IDLE_S`` or 100
-times the read's cost (``Sampler.processes``: one ``stat`` per process, no thread's): a job's
+times the read's cost (``Sampler.processes``: one ``stat`` per process, no thread's; read a
+``SLICE_S`` slice per step of the loop, ``Sampler.read``, events served between): a job's
 first protected thread makes it tick at once (``next_due``), and a busy competing session is
 demoted in that tick, from its CPU since that read, not a tick later (issue 43: the job's start
 beside a busy container).
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["WatchLoop", "boost_value"]
 
 IDLE_S = 5.0  # while nothing is watched, how often each process's CPU time is read
+SLICE_S = 0.001  # processes' CPU times read per step of the loop (``Sampler.read``), about
 
 
 class WatchLoop:
@@ -110,16 +112,23 @@ class WatchLoop:
         if self.applier.inc.planner is None:
             return
         rt = self.rt_keys()
+        sampler = self.sampler
         if not (active or self.watch.demoted or (rt and policy.guard.enabled)):
             if now - self.idle_read >= self.idle_every:  # each process's CPU, for a job to come
+                if not sampler.read(SLICE_S):
+                    self.due = now  # the next slice at the loop's next step
+                    return
                 self.idle_read = now
-                started = time.perf_counter()
-                self.sampler.processes()
+                sampler.processes()
                 # at most 1 % of a CPU on a host of many processes
-                self.idle_every = max(IDLE_S, 100 * (time.perf_counter() - started))
+                self.idle_every = max(IDLE_S, 100 * sampler.busy)
             return
+        if not sampler.read(SLICE_S):
+            self.due = now
+            return
+        read = sampler.busy
         started = time.perf_counter()
-        samples, sessions, used = self.sampler.sample(rt)
+        samples, sessions, used = sampler.sample(rt)
         decisions = self.watch.update(
             now,
             samples,
@@ -148,7 +157,7 @@ class WatchLoop:
             self.guard.boost(s, now)
         self.weights.check()
         self.settle_weight(sessions)
-        self.cost = time.perf_counter() - started
+        self.cost = read + time.perf_counter() - started
         self.applier.counters["ticks"] += 1
         self.changed = self.changed or bool(decisions) or bool(self.watch.demoted)
         self.due = now + max(interval, 20 * self.cost)

@@ -702,3 +702,46 @@ def test_a_job_that_comes_is_watched_at_once_from_the_cpu_read_while_idle(agent,
     sessions = {procs[launcher].session: [launcher]}
     why = watcher.sampler.kept(procs[launcher].session, sessions)
     assert why is not None and "the job's launcher" in why
+
+
+def test_the_watch_reads_the_processes_cpu_a_slice_a_step(agent, monkeypatch):
+    """Issue 48: a process's stat sums all its threads (45 ms for every process at 100,000
+    threads, an event waiting meanwhile): the watch reads them for about ``SLICE_S`` a step and
+    is due again at once until all are read; each process's share is over its own span, from
+    when it was read the last time to when it was read now."""
+    import time as time_mod
+
+    from hostd.agent import watch as watch_mod
+
+    agent.pass_once()
+    watcher, procs = agent.watcher, agent.cache.procs
+    wanted = [p for p, proc in procs.items() if not proc.is_kthread and p not in agent.exclude]
+    assert len(wanted) >= 3
+    ticks = [10_000]
+    reads: list[int] = []
+
+    def process_cpu(pid):  # each read takes 0.6 of a slice, and a tick of the clock
+        reads.append(pid)
+        time_mod.sleep(watch_mod.SLICE_S * 0.6)
+        ticks[0] += 1
+        return ("S", 2 * ticks[0] if pid == wanted[0] else 0, 0)
+
+    monkeypatch.setattr(agent.host, "process_cpu", process_cpu)
+    monkeypatch.setattr(agent.host, "ticks_now", lambda: ticks[0])
+    agent.inc.layer_counts.clear()  # no job: the idle read
+    steps = 0
+    while True:
+        steps += 1
+        watcher.run_due(100.0)
+        if watcher.sampler.left is None:
+            break
+        assert 1 <= len(reads) < len(wanted) and watcher.next_due() <= 100.0  # due again now
+        ticks[0] += 10  # the loop's event passes between two slices
+    assert steps >= 2 and sorted(reads) == sorted(wanted)  # each once, over several steps
+    assert watcher.next_due() > 100.0
+    reads.clear()
+    watcher.sampler.processes()  # a read in one piece (the tick's own sample)
+    assert sorted(reads) == sorted(wanted)
+    # wanted[0] used 2 ticks of CPU per tick of the clock between its two reads: 2 CPUs
+    assert watcher.sampler.shares[wanted[0]] == pytest.approx(2.0)
+    assert all(watcher.sampler.shares.get(p, 0.0) == 0.0 for p in wanted[1:])
