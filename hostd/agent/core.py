@@ -53,6 +53,7 @@ from hostd.reconcile import (
     PassReport,
     desired_state,
     reconcile,
+    redo_threads,
     restore,
     restore_keys,
     task_records,
@@ -314,13 +315,8 @@ class Agent:
             return
         items = inc.take_redo(count)
         want = inc.decide(items, self.base_affinity)
-        # A thread the new plan leaves as it was before hostd gets its original back with its
-        # record kept open: no journal write (and no fsync) now, none when the next re-layer
-        # changes it again; the next full pass closes it.
-        for item in items:
-            key = knobs.task_key(item.task.tid, item.task.start_time, "affinity")
-            if key not in want and key in self.journal:
-                want[key] = self.journal.original(key)
+        todo = redo_threads(self.journal, [i.task.key for i in items], want)
+        items = [i for i in items if i.task.key in todo]
         report = self.apply_threads(want, items, fresh=False)
         self.counters["redone"] += len(items)
         self.state.refreeze = True

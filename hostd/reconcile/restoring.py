@@ -4,7 +4,7 @@ ones hostd changed.
 ``restore_keys`` gives back some records (``hostd.reconcile.finish``: knobs the plan no longer
 wants; the agent: exited threads, a demotion ended); ``restore`` replays the whole journal (the
 agent's stop, ``hostd restore``); ``sweep_inherited`` finds the heirs. ``task_records``: a
-thread's records in the journal.
+thread's records in the journal; ``redo_threads``: which of a re-layer's threads have any.
 """
 
 from __future__ import annotations
@@ -41,6 +41,28 @@ def task_records(
         for kind in kinds
         if (key := prefix + kind) in records
     ]
+
+
+def redo_threads(
+    journal: Journal, threads: Iterable[tuple[int, int]], want: dict
+) -> set[tuple[int, int]]:
+    """For a re-layer's redo (``want``: what the new planner decided for these threads): each
+    thread the new plan leaves as it was before hostd gets its original affinity back in
+    ``want``, its record kept open (no journal write, and no fsync, now; none when the next
+    re-layer changes it again; the next full pass closes it). Returns the threads that have
+    something to do: a knob wanted, or a record to give back. One with neither is as the plan
+    wants it (the pool given back before its turn came: after a grow and a shrink in a row,
+    most of the pool's threads) and is not read again."""
+    wanted = {knobs.parse_task_key(k) for k in want if knobs.is_task_key(k)}
+    todo = set()
+    for tid, start in threads:
+        key = knobs.task_key(tid, start, "affinity")
+        if key not in want and key in journal:
+            want[key] = journal.original(key)
+            todo.add((tid, start))
+        elif (tid, start) in wanted or task_records(journal, [(tid, start)]):
+            todo.add((tid, start))
+    return todo
 
 
 def _restore_order(keys: list[str]) -> list[str]:

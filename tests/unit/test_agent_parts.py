@@ -745,3 +745,25 @@ def test_the_watch_reads_the_processes_cpu_a_slice_a_step(agent, monkeypatch):
     # wanted[0] used 2 ticks of CPU per tick of the clock between its two reads: 2 CPUs
     assert watcher.sampler.shares[wanted[0]] == pytest.approx(2.0)
     assert all(watcher.sampler.shares.get(p, 0.0) == 0.0 for p in wanted[1:])
+
+
+def test_a_redo_reads_no_thread_that_has_nothing_to_change(agent, monkeypatch):
+    """Issue 48: after a grow and a shrink in a row most of the pool's threads are as the plan
+    wants them (given back before their turn came): a redo's thread with nothing wanted and
+    nothing journaled is not read again; one with a record, or a knob wanted, is."""
+    agent.pass_once()
+    recorded = {k.split("/")[1] for k in agent.journal.recorded() if k.startswith("task/")}
+    items = list(agent.inc.classified.values())
+    held = next(c for c in items if f"{c.task.tid}@{c.task.start_time}" in recorded)
+    wanted, plain = [c for c in items if not any(r.startswith(f"{c.task.tid}@") for r in recorded)][
+        :2
+    ]
+    read: list[int] = []
+    real = agent.host.start_time
+    monkeypatch.setattr(agent.host, "start_time", lambda tid, strict=False: read.append(tid)
+                        or real(tid, strict))  # fmt: skip
+    monkeypatch.setattr(agent.inc, "take_redo", lambda count: [held, wanted, plain])
+    key = f"task/{wanted.task.tid}@{wanted.task.start_time}/nice"
+    monkeypatch.setattr(agent.inc, "decide", lambda its, base: {key: 3})
+    agent.redo(8)
+    assert set(read) == {held.task.tid, wanted.task.tid}  # not plain.task.tid
