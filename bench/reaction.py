@@ -563,8 +563,10 @@ class HostdArm:
         timeout: float,
         nice: int | None = None,
         keep_log: Path | None = None,
+        rcvbuf: int | None = None,
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hostd-", dir=scratch))
+        self.rcvbuf = rcvbuf  # --rcvbuf: the agent's event buffer, to make overflows happen
         self.keep_log = keep_log  # --logs: where this run's agent log is kept
         self.state, self.run_dir = self.dir / "state", self.dir / "run"
         self.policy = self.dir / "policy.toml"  # a root-owned copy: the agent refuses others
@@ -601,10 +603,14 @@ class HostdArm:
             cmd.append("-v")
         if self.scope is not None:
             cmd += ["--scope-pid", str(self.scope)]
+        env = dict(os.environ)
+        if self.rcvbuf is not None:
+            env["HOSTD_CONNECTOR_RCVBUF"] = str(self.rcvbuf)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-            )
+                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                env=env,
+            )  # fmt: skip
         self.wait(lambda st: st.get("passes", 0) >= 1, "its first pass")
 
     def wait(self, ok, what: str) -> dict:
@@ -1411,8 +1417,9 @@ def measure_arm(name: str, count: int, args: argparse.Namespace, ctx: dict, rep:
     else:
         keep = args.logs / f"hostd-{count}-{rep}.log" if args.logs else None
         arm = HostdArm(
-            ctx["scratch"], ctx["src"], ctx["scope"], args.ready_timeout, args.agent_nice, keep
-        )
+            ctx["scratch"], ctx["src"], ctx["scope"], args.ready_timeout, args.agent_nice, keep,
+            args.rcvbuf,
+        )  # fmt: skip
     failed = True
     with contextlib.ExitStack() as stack:
         try:
@@ -1559,6 +1566,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--agent-nice", type=int, help="the agent's [agent] nice (default: the policy's, -10)"
     )
+    parser.add_argument(
+        "--rcvbuf", type=int, metavar="BYTES",
+        help="the agent's event buffer (HOSTD_CONNECTOR_RCVBUF; default the agent's): a small "
+        "one makes a storm that this machine cannot make fast enough overflow it, so that the "
+        "runs include overflow rescans",
+    )  # fmt: skip
     parser.add_argument(
         "--ready-timeout", type=float, default=600,
         help="seconds to wait for the arm's first pass, its exit and the like (600)",

@@ -31,6 +31,7 @@ class AgentState:
     last_event: float = 0.0  # monotonic time the last event pass ended
     join_quiet: float = JOIN_QUIET_S  # cpuset joins wait this long without events
     refreeze: bool = False  # a re-layer or its redo kept objects: frozen (``parts.freeze``)
+    collected: float | None = None  # monotonic time of the last whole collection (``loop.full``)
 
     @property
     def mode(self) -> str:
