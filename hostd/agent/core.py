@@ -137,7 +137,7 @@ class Agent:
             parts.Redo(inc, st, self.redo, self.waiting),
             parts.Compact(inc, journal, self.waiting),
             parts.Shrink(inc, st, self.relayer),
-            parts.Watch(self.watcher, st),
+            parts.Watch(self.watcher, st, self.waiting),
             parts.Relook(self.cache, st, self.relook, self.waiting),
             parts.Resize(self.sizer, st, self.relayer),
             parts.Stats(self.layer_stats, st, self.say, self.waiting),

@@ -205,8 +205,8 @@ class Shrink:
 class Watch:
     """The watch's tick and the ends of its boosts (``hostd.agent.watch``)."""
 
-    def __init__(self, watcher: WatchLoop, state: AgentState) -> None:
-        self.watcher, self.state = watcher, state
+    def __init__(self, watcher: WatchLoop, state: AgentState, waiting: Waiting) -> None:
+        self.watcher, self.state, self.waiting = watcher, state, waiting
 
     def wake(self) -> float | None:
         return self.watcher.next_due()
@@ -214,7 +214,7 @@ class Watch:
     def run(self) -> None:
         now = time.monotonic()
         if now >= self.watcher.next_due() and not self.state.disabled:
-            self.watcher.run_due(now)
+            self.watcher.run_due(now, self.waiting)
 
 
 class Relook:

@@ -97,14 +97,15 @@ class WatchLoop:
         due = min([self.due, *self.guard.boosted.values()])
         return min(due, 0.0) if self.starting() else due
 
-    def run_due(self, now: float) -> None:
+    def run_due(self, now: float, waiting: Callable[[], bool] | None = None) -> None:
         """Undo boosts that ended, and tick when due (or a job came)."""
         self.guard.end_boosts(now)
         if now >= self.due or self.starting():
-            self.tick(now)
+            self.tick(now, waiting)
 
     # -- a tick ----------------------------------------------------------------------------------
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, waiting: Callable[[], bool] | None = None) -> None:
+        """``waiting``: whether events wait; the processes' CPU read stops for them (``read``)."""
         policy = self.state.policy
         interval = policy.preempt.interval
         self.due = now + interval
@@ -115,7 +116,7 @@ class WatchLoop:
         sampler = self.sampler
         if not (active or self.watch.demoted or (rt and policy.guard.enabled)):
             if now - self.idle_read >= self.idle_every:  # each process's CPU, for a job to come
-                if not sampler.read(SLICE_S):
+                if not sampler.read(SLICE_S, waiting):
                     self.due = now  # the next slice at the loop's next step
                     return
                 self.idle_read = now
@@ -123,7 +124,7 @@ class WatchLoop:
                 # at most 1 % of a CPU on a host of many processes
                 self.idle_every = max(IDLE_S, 100 * sampler.busy)
             return
-        if not sampler.read(SLICE_S):
+        if not sampler.read(SLICE_S, waiting):
             self.due = now
             return
         read = sampler.busy

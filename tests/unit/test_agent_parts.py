@@ -706,9 +706,9 @@ def test_a_job_that_comes_is_watched_at_once_from_the_cpu_read_while_idle(agent,
 
 def test_the_watch_reads_the_processes_cpu_a_slice_a_step(agent, monkeypatch):
     """Issue 48: a process's stat sums all its threads (45 ms for every process at 100,000
-    threads, an event waiting meanwhile): the watch reads them for about ``SLICE_S`` a step and
-    is due again at once until all are read; each process's share is over its own span, from
-    when it was read the last time to when it was read now."""
+    threads, an event waiting meanwhile): the watch reads them for about ``SLICE_S`` a step
+    while events wait and is due again at once until all are read; each process's share is
+    over its own span, from when it was read the last time to when it was read now."""
     import time as time_mod
 
     from hostd.agent import watch as watch_mod
@@ -745,6 +745,10 @@ def test_the_watch_reads_the_processes_cpu_a_slice_a_step(agent, monkeypatch):
     # wanted[0] used 2 ticks of CPU per tick of the clock between its two reads: 2 CPUs
     assert watcher.sampler.shares[wanted[0]] == pytest.approx(2.0)
     assert all(watcher.sampler.shares.get(p, 0.0) == 0.0 for p in wanted[1:])
+    reads.clear()  # with no event waiting, the read goes past its slice: one piece
+    assert watcher.sampler.read(watch_mod.SLICE_S, lambda: False)
+    assert sorted(reads) == sorted(wanted)
+    watcher.sampler.processes()
 
 
 def test_a_redo_reads_no_thread_that_has_nothing_to_change(agent, monkeypatch):
