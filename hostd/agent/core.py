@@ -20,6 +20,7 @@ import logging
 import os
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import hostd.sidecar
@@ -43,7 +44,6 @@ from hostd.doctor import Capabilities, probe
 from hostd.host import Host
 from hostd.host.connector import Event
 from hostd.journal import JournalError, base_affinities, open_checked, read_boot_id
-from hostd.model.cpus import parse_cpulist
 from hostd.plan import Plan, TaskPlanner, plan
 from hostd.policy import Policy, PolicyError, load_checked
 from hostd.reconcile import (
@@ -51,8 +51,8 @@ from hostd.reconcile import (
     THREAD_KINDS,
     Observed,
     PassReport,
-    desired_state,
     reconcile,
+    reconcile_pieces,
     redo_threads,
     restore,
     restore_keys,
@@ -63,6 +63,7 @@ from hostd.tasks import TaskCache
 from hostd.topology import read_topology
 
 log = logging.getLogger("hostd")
+PIECE = 4096  # threads a full pass writes at a time (``reconcile_pieces``)
 
 
 class Agent:
@@ -94,6 +95,7 @@ class Agent:
         except (UnsafeDir, JournalError) as exc:
             raise AgentError(str(exc)) from None
         self.journal.defer_compaction = True  # compacted when idle (hostd.agent.loop)
+        self.bases = base_affinities(self.journal)  # threads' affinities before hostd's
         self.caps: Capabilities = probe(host)
         self.unchangeable: set[str] = set()
         self.passes = 0
@@ -173,8 +175,7 @@ class Agent:
 
     def base_affinity(self, key: tuple[int, int]) -> frozenset[int] | None:
         """The thread's affinity before hostd changed it (None: not changed)."""
-        k = knobs.task_key(key[0], key[1], "affinity")
-        return parse_cpulist(str(self.journal.original(k))) if k in self.journal else None
+        return self.bases.get(key)
 
     def pass_once(self, reason: str = "start") -> PassReport:
         """A full pass: the topology and every thread read again, the whole plan applied."""
@@ -194,10 +195,9 @@ class Agent:
         tasks = self.cache.rescan()
         self.scanned_ns = time.monotonic_ns()
         classified = self.classifier.classify_all(tasks)
-        base = base_affinities(self.journal)
         watch = self.watcher.watch
         the_plan = plan(
-            topo, classified, self.policy, base_affinity=base, exclude_pids=self.exclude,
+            topo, classified, self.policy, base_affinity=self.bases, exclude_pids=self.exclude,
             allow_rt=self.caps.rt, demoted_sessions=frozenset(watch.demoted),
             spared_pids=frozenset(self.watcher.spared),
             runaways=frozenset(watch.runaways), sizes=self.sizer.planned(), current=current,
@@ -208,16 +208,16 @@ class Agent:
             the_plan, topo, self.policy, allow_rt=self.caps.rt, exclude_pids=self.exclude,
             runaways=watch.runaways,
         )  # fmt: skip
-        self.inc.start(topo, the_plan, planner, classified)
-        want = desired_state(the_plan, tasks)
-        self.close_exited()  # their exit events said so; live_keys: the others unseen
-        # every thread's key, for the journal's records of threads unseen (none: none asked)
-        live = {(t.tid, t.start_time) for t in tasks} if len(self.journal) else None
-        report = self.reconcile(want, Observed(self.cache.tasks), live_keys=live)
+        # the plan kept has no per-thread decisions (the planner's from now on: ``relayer``)
+        self.inc.start(topo, replace(the_plan, tasks=()), planner, classified)
+        self.close_exited()  # their exit events said so; the others unseen: the last piece
+        report = reconcile_pieces(
+            self.reconcile, the_plan, tasks, Observed(self.cache.tasks), PIECE
+        )
         elapsed = time.monotonic() - started
         self.full_cost, self.last_full = elapsed, time.monotonic()
         self.counters["full_passes"] += 1
-        self.counters.update(r.outcome for r in report.results)
+        self.counters.update(report.counts)
         self.passes += 1
         log.info(
             "pass n=%d reason=%s mode=%s seconds=%.3f %s", self.passes, reason, self.mode, elapsed,

@@ -51,14 +51,13 @@ from hostd.plan.layers import may_split, plan_cpusets, plan_layers
 from hostd.plan.numa import _target_node
 from hostd.plan.values import LayerPlan
 from hostd.policy import Policy
-from hostd.reconcile import PassReport, desired_for_tasks, desired_state
+from hostd.reconcile import HOST_PREFIXES, PassReport, desired_for_tasks, desired_state
 from hostd.tasks import TaskCache
 
 log = logging.getLogger("hostd")
 JOIN_AFTER_S = 1.0  # a new thread joins its layer's cpuset once it has lived this long
 READ_CHUNK = 256  # threads read per event pass, newest first; the older ones wait (``backlog``)
 OVERDUE_S = 1.0  # a thread named this long ago is read before the newest (a quarter of a pass)
-HOST_PREFIXES = ("irq/", "cpu/")  # host knobs a re-layer leaves for ``take_redo``
 
 
 class Incremental:

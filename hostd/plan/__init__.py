@@ -196,11 +196,11 @@ def plan(
             else home_of(item.task.process.cpuset) == "/"
         )
     )
-    base_of = base_affinity or {}
+    base_of = base_affinity.get if base_affinity else None  # (asked once: it may be lazy)
     task_plans: list[TaskPlan] = []
     numa_plans: dict[int, NumaPlan] = {}
     for item in touchable:
-        tp, np_ = decider.decide(item, base_of.get(item.task.key) if base_of else None)
+        tp, np_ = decider.decide(item, base_of(item.task.key) if base_of else None)
         if np_ is not None:
             numa_plans[np_.pid] = np_
         if tp is not None:

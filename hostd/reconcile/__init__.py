@@ -19,7 +19,7 @@ put back); this module applies (``reconcile``: ``prepare``, then ``finish``, loo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,13 @@ from hostd.journal import Journal, JournalError
 from hostd.knobkinds import kinds
 from hostd.knobs import Spec
 from hostd.model.tasks import Task
-from hostd.reconcile.desired import desired_for_tasks, desired_state
+from hostd.plan import Plan
+from hostd.reconcile.desired import (
+    HOST_PREFIXES,
+    desired_for_tasks,
+    desired_pieces,
+    desired_state,
+)
 from hostd.reconcile.observed import Observed, same
 from hostd.reconcile.restoring import (
     CLK_TCK,
@@ -51,6 +57,7 @@ __all__ = [
     "AGENT_KINDS",
     "CLK_TCK",
     "DONE",
+    "HOST_PREFIXES",
     "INHERITABLE",
     "LEFT",
     "TASK_KINDS",
@@ -62,10 +69,12 @@ __all__ = [
     "_restore_order",  # (tests/unit/test_knobkinds.py)
     "changed_since",
     "desired_for_tasks",
+    "desired_pieces",
     "desired_state",
     "finish",
     "prepare",
     "reconcile",
+    "reconcile_pieces",
     "redo_threads",
     "restore",
     "restore_keys",
@@ -125,13 +134,32 @@ def reconcile(
     return finish(host, journal, prep, unchangeable, unjournaled)
 
 
+def reconcile_pieces(
+    apply: Callable[..., PassReport], plan: Plan, tasks: list[Task], observed: Observed, size: int
+) -> PassReport:
+    """A full pass's reconcile, ``size`` threads at a time (``desired_pieces``), each piece
+    through ``apply`` (``reconcile`` with the caller's options), their reports folded in one
+    (``PassReport.fold``). ``observed``: every thread of ``tasks``, by tid."""
+    report, earlier = PassReport(), set()
+    for want, only in desired_pieces(plan, tasks, size):
+        if only is None:  # the last: what no piece wanted is given back
+            part = apply(want, observed, live_keys=observed, earlier=earlier)
+        else:
+            part = apply(want, observed, only=only)
+            if not only:  # the first, hostd's cgroups
+                earlier.update(want)
+        report.fold(part)
+    return report
+
+
 def prepare(
     host: Host,
     journal: Journal | None,
     want: dict[str, object],
     observed: Observed,
     *,
-    live_keys: set[tuple[int, int]] | None = None,
+    live_keys: Container[tuple[int, int]] | None = None,
+    earlier: Container[str] | None = None,
     unchangeable: set[str],
     only: Iterable[tuple[int, int]] | None = None,
     inherited: Callable[[str, object], object] | None = None,
@@ -139,8 +167,11 @@ def prepare(
     """``reconcile``'s reads and decisions; nothing is written but the done lines of threads
     that are gone.
 
-    ``live_keys``: (tid, start_time) of every thread in the snapshot, to close journal records
-    of threads that are gone. ``unchangeable``: keys that refused before; updated in place.
+    ``live_keys``: (tid, start_time) of every thread in the snapshot (an ``Observed`` will do),
+    to close journal records of threads that are gone. ``earlier``: the last of a full pass's
+    pieces (``reconcile_pieces``): the knobs its earlier pieces wanted, which are not given
+    back, and the records of those threads were looked at by them; the others and the host's
+    are looked at here. ``unchangeable``: keys that refused before; updated in place.
     ``only``: the threads an event pass looked at; knobs of other threads and host knobs are
     left as they are (their absence from ``want`` means "not looked at", not "not wanted").
     ``inherited(key, current)``: the original to record for a knob whose current value a thread
@@ -196,11 +227,13 @@ def prepare(
         for key in candidates:
             if key in want or knobkinds.kind_of(key) in AGENT_KINDS:
                 continue
-            if (
-                live_keys is not None
-                and knobs.is_task_key(key)
-                and (ident := knobs.parse_task_key(key)) not in live_keys
-            ):
+            if earlier is not None and key in earlier:
+                continue
+            if live_keys is not None and knobs.is_task_key(key):
+                if (ident := knobs.parse_task_key(key)) in live_keys:
+                    if earlier is None:
+                        giveback.append(key)
+                    continue
                 # Not seen by the scan: closed only when the kernel says the thread is gone (a
                 # session's knob: when no process of the session is left). A failed read
                 # (EMFILE: the agent out of file descriptors) keeps the record; a thread alive

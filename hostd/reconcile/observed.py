@@ -25,6 +25,11 @@ class Observed:
         """``tasks``: the threads, or a mapping of them by tid already made (the agent's cache)."""
         self.tasks = tasks if isinstance(tasks, Mapping) else {t.tid: t for t in tasks}
 
+    def __contains__(self, ident: object) -> bool:
+        """Whether the snapshot holds the thread ``(tid, start_time)`` (for ``live_keys``)."""
+        t = self.tasks.get(ident[0]) if type(ident) is tuple else None
+        return t is not None and t.start_time == ident[1]
+
     def task(self, key: str) -> Task | None:
         """The thread of a task key, if the snapshot holds that same thread."""
         if not key.startswith("task/"):  # (knobs.is_task_key, inline: a few per thread)

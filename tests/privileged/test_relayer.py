@@ -1,7 +1,8 @@
 """A layer's first member, on the real kernel (root): the agent gives the layer its CPU at once,
 with no full pass, then narrows the pool's threads to what is left; when the layer is empty
 again for ``[sizing] shrink_after``, it gives the CPU back to the pool, again without a full
-pass; the stop puts every thread and cpuset back as it was.
+pass; a full pass in between changes nothing; the stop puts every thread and cpuset back as it
+was.
 """
 
 from __future__ import annotations
@@ -122,6 +123,12 @@ def test_a_first_member_gets_its_cpu_at_once_and_gives_it_back_later(tmp_path):
         assert agent.status()["passes"] == passes, "a full pass did it, not the re-layer"
         layers = {ly["name"]: ly for ly in agent.status()["layers"]}
         assert layers["hot"]["cpus"] == [own]
+        # A full pass (made in pieces: hostd's cgroups, the threads, the rest) finds it all as
+        # the re-layer left it: it writes nothing and gives nothing back, the cpusets included.
+        counts = agent.full_pass()["last_pass"]["counts"]
+        assert not {k: n for k, n in counts.items() if k in ("applied", "restored")}, counts
+        assert _cpuset(hot) == "/hostd/hot" and os.sched_getaffinity(hot) == {own}
+        passes += 1
 
         rename("plain_again")  # the layer is empty: after shrink_after, its CPU goes back
         wait_for(

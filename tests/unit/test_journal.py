@@ -430,3 +430,21 @@ def test_what_hostd_wrote_survives_a_reload_and_a_compaction_and_is_of_this_boot
     assert {k: r.wrote for k, r in Journal(tmp_path, "b").records.items()} == want
     later = Journal(tmp_path, "c")  # another boot: its task records are dropped, and what
     assert later.records[irq].wrote is None  # hostd wrote to an IRQ then says nothing now
+
+
+def test_base_affinities_are_the_journals_affinity_originals_looked_up_as_asked(tmp_path):
+    from hostd.journal import base_affinities
+
+    j = Journal(tmp_path, "boot-a", "sha")
+    base = base_affinities(j)
+    j.record([("task/10@99/nice", 0), ("irq/5/smp_affinity_list", "0-3")])
+    assert not base and len(base) == 0 and base.get((10, 99)) is None  # no affinity record
+    j.record([("task/10@99/affinity", "0-3"), ("task/11@99/affinity", "0-3")])
+    j.record([("task/12@98/affinity", "1")])
+    assert base and dict(base) == {
+        (10, 99): frozenset(range(4)), (11, 99): frozenset(range(4)), (12, 98): frozenset({1})
+    }  # fmt: skip
+    assert base[(10, 99)] is base[(11, 99)]  # one set per text, not one per thread
+    assert base.get((10, 98)) is None and (12, 98) in base  # the same tid, another thread
+    j.done(["task/12@98/affinity"])
+    assert base.get((12, 98)) is None and len(base) == 2  # it follows the journal

@@ -2,7 +2,8 @@
 the same inputs (real-time allowed or not, as the doctor's probe says). Checked on the fixture
 hosts: the plan of an agent's full pass (observe mode: nothing is written) equals ``hostd
 plan``'s, JSON for JSON, with real-time allowed and refused (where refused, neither shows a
-real-time thread)."""
+real-time thread). The agent keeps its plan without the per-thread decisions once applied
+(its planner decides from then on): the plan its pass made is caught as ``plan()`` returns it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import hostd.agent.core
 from hostd.agent import Agent
 from hostd.host import Host
 from hostd.journal import base_affinities
+from hostd.plan import Plan
 from hostd.policy import load_policy
 from hostd.snapshot import take
 from tests.fakes import FakeCalls, host_copy
@@ -22,19 +25,34 @@ HOSTS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 RT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "inference.toml"
 
 
+@pytest.fixture
+def made(monkeypatch) -> list[Plan]:
+    """The plans the agent's full passes make, as ``plan()`` returns them."""
+    plans: list[Plan] = []
+    real = hostd.agent.core.plan
+
+    def plan(*args: object, **kwargs: object) -> Plan:
+        plans.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return plans[-1]
+
+    monkeypatch.setattr(hostd.agent.core, "plan", plan)
+    return plans
+
+
 @pytest.mark.parametrize("allow_rt", [True, False], ids=["rt-allowed", "rt-refused"])
 @pytest.mark.parametrize("policy", [None, str(RT_POLICY)], ids=["default", "inference"])
 @pytest.mark.parametrize("name", HOSTS)
-def test_the_agents_pass_plans_what_hostd_plan_shows(tmp_path, name, policy, allow_rt):
+def test_the_agents_pass_plans_what_hostd_plan_shows(tmp_path, made, name, policy, allow_rt):
     host = Host(FIXTURES / name)
     agent = Agent(
         host, policy, state_dir=tmp_path / "state", run_dir=tmp_path / "run", mode="observe"
     )
     agent.caps.rt = allow_rt
     agent.pass_once()
-    assert agent.plan is not None
+    assert agent.plan is not None and len(made) == 1
     shown = take(host, agent.policy, allow_rt=allow_rt).plan()
-    assert shown.to_json() == agent.plan.to_json()
+    assert shown.to_json() == made[0].to_json()
+    assert agent.plan.to_json() == {**shown.to_json(), "tasks": []}  # kept without them
     rt_layers = {ly.name for ly in agent.policy.layers if ly.sched.policy in ("fifo", "rr")}
     members = [t for t in shown.tasks if t.layer in rt_layers and t.policy is not None]
     assert all((t.policy in ("fifo", "rr")) == allow_rt for t in members)
@@ -49,7 +67,7 @@ def test_a_fixture_host_has_threads_in_the_inference_policys_real_time_layer():
     assert [t for t in plan.tasks if t.layer in rt_layers and t.policy == "fifo"]
 
 
-def test_after_the_agent_placed_threads_hostd_plan_still_shows_what_it_does(tmp_path):
+def test_after_the_agent_placed_threads_hostd_plan_still_shows_what_it_does(tmp_path, made):
     """An enforcing agent changes affinities; its next pass plans each thread from the original
     the journal holds. ``hostd plan`` given the same journal plans the same; without it, from the
     affinities hostd wrote, it would not."""
@@ -61,12 +79,12 @@ def test_after_the_agent_placed_threads_hostd_plan_still_shows_what_it_does(tmp_
     base = base_affinities(agent.journal)
     assert base, "the agent placed no thread: nothing to compare"
     agent.pass_once("drift")
-    assert agent.plan is not None
+    assert agent.plan is not None and len(made) == 2
     shown = take(host, agent.policy, allow_rt=agent.caps.rt)
     shown.base_affinity = base
-    assert shown.plan().to_json() == agent.plan.to_json()
+    assert shown.plan().to_json() == made[1].to_json()
     shown.base_affinity = {}
-    assert shown.plan().to_json() != agent.plan.to_json()
+    assert shown.plan().to_json() != made[1].to_json()
     agent.journal.close()
 
 
